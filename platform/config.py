@@ -1,0 +1,228 @@
+"""Strict typed configs: frozen keyword-only dataclasses loaded from YAML and ``--set`` overrides.
+
+Every component declares its config as ``@dataclass(frozen=True, kw_only=True)`` next to its
+code.  This module only knows how to build such a dataclass from plain data, strictly:
+
+* an unknown key is an error that lists the valid keys;
+* a value of the wrong type is an error naming the key, the expected type and the value
+  (ints are accepted where a float is expected; nothing else is coerced);
+* nested dataclasses are nested mappings in YAML and dotted keys in ``--set`` (``model.d_model=512``);
+* ``to_dict`` / ``dump_yaml`` write the resolved config back; loading it again gives an equal
+  object (round trip).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from platform.errors import ConfigError
+
+C = TypeVar("C")
+
+
+def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
+    """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown config key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(_join(where, k)) for k in unknown)}; valid keys: {', '.join(sorted(fields))}"
+        )
+    hints = get_type_hints(cls)
+    values = {name: _convert(hints[name], value, _join(where, name)) for name, value in data.items()}
+    missing = [n for n, f in fields.items() if n not in values and _is_required(f)]
+    if missing:
+        raise ConfigError(f"missing required config key(s): {', '.join(_join(where, m) for m in missing)}")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:  # __post_init__ validation
+        raise ConfigError(f"{where or cls.__name__}: {error}") from None
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """The config as plain YAML-able data (tuples become lists)."""
+    return _plain(dataclasses.asdict(config))
+
+
+def flat_dict(config: Any) -> dict[str, Any]:
+    """The config as one flat mapping with dotted keys (for MLflow params)."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                walk(_join(prefix, key), sub)
+        else:
+            out[prefix] = value
+
+    walk("", to_dict(config))
+    return out
+
+
+def dump_yaml(config: Any, path: str | Path | None = None) -> str:
+    """Write the resolved config as YAML (to ``path`` if given) and return the text."""
+    text = yaml.safe_dump(to_dict(config), sort_keys=False, allow_unicode=True)
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
+def load(cls: type[C], yaml_path: str | Path | None = None, overrides: Iterable[str] = ()) -> C:
+    """Build ``cls`` from an optional YAML file, then apply ``key=value`` overrides."""
+    data: dict[str, Any] = {}
+    if yaml_path is not None:
+        data = read_yaml_mapping(yaml_path)
+    for override in overrides:
+        key, value = parse_override(override)
+        _set_dotted(data, key, value)
+    return from_dict(cls, data)
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read config: {error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{line}: invalid YAML: {getattr(error, 'problem', error)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"model.d_model=512"`` → ``("model.d_model", 512)``; the value is parsed as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def replace(config: C, **changes: Any) -> C:
+    """``dataclasses.replace`` with the same strict checking as loading."""
+    data = to_dict(config)
+    for key, value in changes.items():
+        _set_dotted(data, key, value)
+    return from_dict(type(config), data)
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+def _is_required(field: dataclasses.Field) -> bool:
+    return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {part!r} is not a section")
+        node = child
+    node[last] = value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    if get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if get_origin(tp) in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    """Check ``value`` against annotation ``tp``; return it (tuples/dataclasses rebuilt)."""
+    origin = get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if dataclasses.is_dataclass(value) and isinstance(value, tp):
+            return value
+        return from_dict(tp, value, where=where)
+    if origin is Literal:
+        if value in get_args(tp) and type(value) in {type(a) for a in get_args(tp)}:
+            return value
+        raise ConfigError(f"{where}: expected one of {_type_name(tp)}, got {value!r}")
+    if origin in (Union, types.UnionType):
+        for option in get_args(tp):
+            try:
+                return _convert(option, value, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        args = get_args(tp)
+        item_type = args[0] if args else Any
+        items = [_convert(item_type, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    return _convert_scalar(tp, value, where)
+
+
+def _convert_scalar(tp: Any, value: Any, where: str) -> Any:
+    if tp is Any:
+        return value
+    if tp is type(None):
+        if value is None:
+            return None
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    elif isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+
+
+__all__ = [
+    "dump_yaml",
+    "flat_dict",
+    "from_dict",
+    "load",
+    "parse_override",
+    "read_yaml_mapping",
+    "replace",
+    "to_dict",
+]

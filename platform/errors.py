@@ -1,0 +1,42 @@
+"""User-facing errors and the one CLI wrapper that turns them into a clean exit.
+
+A user error (bad input file, bad flag, bad config) is reported as one line on stderr,
+``error: FILE:LINE: problem``, with exit status 2 and no traceback (DESIGN.md §8).
+Programming errors still raise normally: a traceback there is what a developer needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+
+class UserError(Exception):
+    """Any error the user can fix: the message is the whole report."""
+
+
+class InputError(UserError):
+    """A problem at a place in an input file (``path:line: message``)."""
+
+    def __init__(self, path: str, line: int | None, message: str):
+        self.path, self.line, self.message = str(path), line, message
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {message}")
+
+
+class ConfigError(UserError):
+    """An invalid configuration key or value."""
+
+
+def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> None:
+    """Run ``main(argv)`` and exit: 0 on success, 2 with a one-line message on a user error,
+    130 on Ctrl-C."""
+    try:
+        status = main(argv)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(status or 0)
