@@ -1,0 +1,58 @@
+"""Shared fixtures: the real data in ../shared/data and one local Ray cluster per test session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+TANAKA = SHARED_DATA / "tanaka-enja"
+UD_SAMPLES = SHARED_DATA / "ud-samples"
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def require_shared_data(path: Path) -> Path:
+    """The shared data file, or a failure under CI (CI=true) / a skip on a laptop without it."""
+    if path.exists():
+        return path
+    message = f"shared data missing: {path} (see README, 'Data used by the tests')"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def tanaka() -> Path:
+    return require_shared_data(TANAKA)
+
+
+@pytest.fixture(scope="session")
+def ud_samples() -> Path:
+    return require_shared_data(UD_SAMPLES)
+
+
+def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` from the repository root, as a user would."""
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One real local Ray cluster for the whole test session (4 logical CPUs on 2 cores).
+
+    Workers get the repository through ``runtime_env.working_dir`` (which Ray puts first on
+    their PYTHONPATH), exactly as the Train and Tune drivers do."""
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False,
+             runtime_env={"working_dir": str(ROOT), "excludes": [".git", "data", "runs", "mlruns", "*.db", ".venv", "venv"]})
+    yield ray
+    ray.shutdown()

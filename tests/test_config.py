@@ -1,0 +1,99 @@
+"""Strict typed configs: unknown keys and wrong types are errors; YAML round-trips."""
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from platform import config as cfg
+from platform.errors import ConfigError
+from platform.prepare import PrepareConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inner:
+    d_model: int = 512
+    dropout: float = 0.1
+    heads: tuple[int, ...] = (8,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outer:
+    name: str
+    model: Inner = field(default_factory=Inner)
+    p_enc: int | None = None
+    gate: Literal["fixed0", "fixed05", "fixed1", "learned"] = "learned"
+    tied: bool = True
+
+
+def test_unknown_key_is_an_error_listing_the_valid_keys():
+    with pytest.raises(ConfigError) as error:
+        cfg.from_dict(Outer, {"name": "x", "nmae": "y"})
+    assert "'nmae'" in str(error.value)
+    assert "valid keys: gate, model, name, p_enc, tied" in str(error.value)
+
+
+def test_unknown_nested_key_names_its_path():
+    with pytest.raises(ConfigError, match=r"'model.d_modle'.*valid keys: d_model, dropout, heads"):
+        cfg.from_dict(Outer, {"name": "x", "model": {"d_modle": 3}})
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"name": 3}, "name: expected str, got 3"),
+        ({"name": "x", "tied": "yes"}, "tied: expected bool"),
+        ({"name": "x", "model": {"d_model": 1.5}}, "model.d_model: expected int"),
+        ({"name": "x", "model": {"d_model": True}}, "model.d_model: expected int"),
+        ({"name": "x", "gate": "fixed2"}, "gate: expected one of 'fixed0'"),
+        ({"name": "x", "p_enc": "3"}, "p_enc: expected int | null"),
+        ({}, "missing required config key(s): name"),
+    ],
+)
+def test_wrong_types_are_errors(data, message):
+    with pytest.raises(ConfigError) as error:
+        cfg.from_dict(Outer, data)
+    assert message in str(error.value)
+
+
+def test_int_is_accepted_for_float_and_none_for_optional():
+    loaded = cfg.from_dict(Outer, {"name": "x", "model": {"dropout": 0}, "p_enc": None})
+    assert loaded.model.dropout == 0.0 and isinstance(loaded.model.dropout, float)
+    assert loaded.p_enc is None
+
+
+def test_yaml_and_set_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: base\nmodel:\n  d_model: 256\n")
+    loaded = cfg.load(Outer, path, ["model.dropout=0.3", "p_enc=2", "gate=fixed05", "model.heads=[4, 4]"])
+    assert loaded == Outer(name="base", model=Inner(d_model=256, dropout=0.3, heads=(4, 4)), p_enc=2, gate="fixed05")
+
+
+def test_bad_override_and_bad_yaml_are_clear(tmp_path):
+    with pytest.raises(ConfigError, match="--set expects key=value"):
+        cfg.load(Outer, None, ["name"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:\d+: invalid YAML"):
+        cfg.load(Outer, bad)
+
+
+def test_resolved_config_round_trips_through_yaml(tmp_path):
+    original = cfg.load(PrepareConfig, None, ["src_lang=ja", "tgt_lang=en", "subwords.vocab_size=1000", "subword_head=last"])
+    path = tmp_path / "config.yaml"
+    cfg.dump_yaml(original, path)
+    assert cfg.load(PrepareConfig, path) == original
+    assert cfg.flat_dict(original)["subwords.vocab_size"] == 1000
+
+
+def test_configs_are_frozen_and_keyword_only():
+    loaded = cfg.from_dict(Outer, {"name": "x"})
+    with pytest.raises(AttributeError):
+        loaded.name = "y"
+    with pytest.raises(TypeError):
+        Outer("x")  # noqa
+
+
+def test_validation_in_post_init_becomes_a_config_error():
+    with pytest.raises(ConfigError, match="max_len must be positive"):
+        cfg.from_dict(PrepareConfig, {"src_lang": "ja", "tgt_lang": "en", "max_len": 0})
