@@ -322,6 +322,7 @@ def to_conllu(tokens: list[Token], sent_id: str) -> str:
 def write_corpus(directory: str | Path, config: DemoConfig) -> dict[str, Path]:
     """Write ``{train,dev,test}.{sov,svo}.conllu.gz`` and return the split prefixes."""
     directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
     lexicon = build_lexicon(config)
     prefixes = {}
     for split, count in (("train", config.num_train), ("dev", config.num_dev), ("test", config.num_test)):

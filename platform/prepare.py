@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     opts = parser.add_argument_group("subwords and trees")
     opts.add_argument("--vocab-size", type=int, help="subword vocabulary size per model (default 8000; demo 4000)")
     opts.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe", help="SentencePiece model type (default bpe)")
-    opts.add_argument("--character-coverage", type=float, default=0.9995, help="SentencePiece character coverage (default 0.9995)")
+    opts.add_argument("--character-coverage", type=float, default=1.0, help="SentencePiece character coverage (default 1.0; below 1 the rarest characters become <unk>)")
     opts.add_argument("--byte-fallback", action="store_true", help="spell unknown characters as bytes instead of <unk>")
     opts.add_argument("--joint-vocab", action="store_true", help="one subword model shared by both languages")
     opts.add_argument("--max-len", type=int, default=250, help="drop training pairs longer than this in subwords (default 250)")

@@ -18,6 +18,8 @@ from typing import Literal
 
 import sentencepiece as spm
 
+from platform.errors import UserError
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
@@ -25,7 +27,7 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 class SubwordConfig:
     vocab_size: int = 8000  # upper bound; small corpora get fewer (hard_vocab_limit=False)
     model_type: Literal["bpe", "unigram"] = "bpe"
-    character_coverage: float = 0.9995  # rarer characters become <unk> (or bytes)
+    character_coverage: float = 1.0  # < 1 maps the rarest characters to <unk> (or bytes); 0.9995 suits CJK
     byte_fallback: bool = False  # spell unknown characters as UTF-8 bytes instead of <unk>
     num_threads: int = 2
 
@@ -39,6 +41,15 @@ class SubwordConfig:
 def train_subwords(sentences: Iterable[Sequence[str]], config: SubwordConfig) -> bytes:
     """Learn a model from word-tokenized sentences; returns the serialized model."""
     model = io.BytesIO()
+    try:
+        _train(sentences, config, model)
+    except RuntimeError as error:  # SentencePiece reports bad settings as RuntimeError
+        detail = str(error).split("] ")[-1].strip()
+        raise UserError(f"subword training failed: {detail}") from None
+    return model.getvalue()
+
+
+def _train(sentences: Iterable[Sequence[str]], config: SubwordConfig, model: io.BytesIO) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=(" ".join(words) for words in sentences),
         model_writer=model,
@@ -58,7 +69,6 @@ def train_subwords(sentences: Iterable[Sequence[str]], config: SubwordConfig) ->
         shuffle_input_sentence=False,
         minloglevel=2,
     )
-    return model.getvalue()
 
 
 class SubwordModel:

@@ -56,3 +56,16 @@ def ray_cluster():
              runtime_env={"working_dir": str(ROOT), "excludes": [".git", "data", "runs", "mlruns", "*.db", ".venv", "venv"]})
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def demo_dataset(tmp_path_factory) -> Path:
+    """A small prepared demo dataset (2000/100/100 pairs), built once per session."""
+    from platform import demo
+    from platform.prepare import PrepareConfig, prepare_demo
+    from platform.subwords import SubwordConfig
+
+    out = tmp_path_factory.mktemp("demo") / "dataset"
+    config = PrepareConfig(src_lang=demo.SRC_LANG, tgt_lang=demo.TGT_LANG, subwords=SubwordConfig(vocab_size=1000))
+    prepare_demo(out, config, demo.DemoConfig(num_train=2000, num_dev=100, num_test=100), progress=False, log=lambda m: None)
+    return out
