@@ -287,12 +287,27 @@ def prepare_demo(
 
     The CoNLL-U files are kept in ``OUT/conllu/`` (to inspect, or to evaluate on)."""
     out = Path(out)
+    existing = _existing_demo(out, config, demo_config)
+    if existing is not None and not overwrite:
+        log(f"{out} already holds this demo dataset (same generator and prepare settings); keeping it")
+        return existing
     check_output(out, overwrite)
     with _scratch(out) as scratch:
         log(f"generating the synthetic demo corpus ({demo_config.num_train}/{demo_config.num_dev}/{demo_config.num_test} pairs, seed {demo_config.seed})")
         prefixes = demo.write_corpus(scratch, demo_config)
         return prepare(config, prefixes, out, overwrite=overwrite, progress=progress, log=log,
                        extra_meta={"demo": config_io.to_dict(demo_config)}, attach={"conllu": scratch})
+
+
+def _existing_demo(out: Path, config: PrepareConfig, demo_config: demo.DemoConfig) -> dict[str, Any] | None:
+    """The metadata of ``out`` if it is a complete demo dataset made with these exact settings."""
+    try:
+        meta = json.loads((out / ds.META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    same = (meta.get("format_version") == ds.FORMAT_VERSION and meta.get("demo") == config_io.to_dict(demo_config)
+            and meta.get("config") == config_io.to_dict(config))
+    return meta if same and all(ds.split_path(out, split).exists() for split in ds.SPLITS) else None
 
 
 class _scratch:

@@ -75,3 +75,15 @@ def test_prepare_data_demo_end_to_end(tmp_path):
     assert sorted(p.name for p in (out / "conllu").iterdir()) == sorted(
         f"{s}.{l}.conllu.gz" for s in ("train", "dev", "test") for l in ("sov", "svo"))
     assert "conllu/train.sov.conllu.gz" in meta["inputs_sha256"]
+
+
+def test_preparing_the_same_demo_again_keeps_the_dataset(tmp_path):
+    out = tmp_path / "demo"
+    args = ("--data", "demo", "--out", out, "--demo-sizes", "200,20,20")
+    assert run_module("platform.prepare", *args).returncode == 0
+    stamp = (out / "train.parquet").stat().st_mtime_ns
+    again = run_module("platform.prepare", *args)
+    assert again.returncode == 0 and "keeping it" in again.stderr
+    assert (out / "train.parquet").stat().st_mtime_ns == stamp
+    other = run_module("platform.prepare", *args[:-1], "300,20,20")  # other settings: refuse to clobber
+    assert other.returncode == 2 and "already exists; pass --overwrite" in other.stderr

@@ -30,3 +30,13 @@ def test_the_purity_check_catches_an_orchestration_import(tmp_path):
     sample = tmp_path / "m.py"
     sample.write_text("import torch\nfrom ray import train\nimport pyarrow.parquet as pq\n")
     assert imported_roots(sample) & FORBIDDEN == {"ray", "pyarrow"}
+
+
+def test_ray_cluster_yaml_passes_rays_own_schema():
+    import yaml
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
+    validate_config(prepare_config(config))  # raises on an unknown or malformed field
+    assert any("mlflow server" in command for command in config["head_start_ray_commands"])
+    assert config["file_mounts"] == {"~/syntax-nmt": "."}
