@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from platform.errors import InputError
 
 NUM_COLUMNS = 10
@@ -59,9 +61,10 @@ def open_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
         raise InputError(path, None, f"cannot read: {error}") from None
 
 
-def read_conllu(path: str | Path, *, fix_roots: bool = False) -> list[Sentence]:
+def read_conllu(path: str | Path, *, fix_roots: bool = False, progress: bool = False) -> list[Sentence]:
     """Read and validate every sentence of a CoNLL-U file; an empty file is an error."""
-    sentences = list(iter_conllu(path, fix_roots=fix_roots))
+    sentences = list(tqdm(iter_conllu(path, fix_roots=fix_roots), desc=Path(path).name, unit=" sent",
+                          disable=not progress, leave=False))
     if not sentences:
         raise InputError(path, None, "no sentences (empty input)")
     return sentences

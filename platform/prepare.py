@@ -85,11 +85,11 @@ def conllu_path(prefix: str | Path, lang: str) -> Path:
     raise UserError(f"{plain}[.gz]: file not found")
 
 
-def read_corpus(prefix: str | Path, config: PrepareConfig) -> Corpus:
+def read_corpus(prefix: str | Path, config: PrepareConfig, progress: bool = False) -> Corpus:
     src_path = conllu_path(prefix, config.src_lang)
     tgt_path = conllu_path(prefix, config.tgt_lang)
-    src = read_conllu(src_path, fix_roots=config.fix_roots)
-    tgt = read_conllu(tgt_path, fix_roots=config.fix_roots)
+    src = read_conllu(src_path, fix_roots=config.fix_roots, progress=progress)
+    tgt = read_conllu(tgt_path, fix_roots=config.fix_roots, progress=progress)
     if len(src) != len(tgt):
         longer, shorter = (src_path, tgt) if len(src) > len(tgt) else (tgt_path, src)
         extra = (src if len(src) > len(tgt) else tgt)[len(shorter)]
@@ -217,7 +217,7 @@ def prepare(
     corpora = {}
     for split, prefix in prefixes.items():
         log(f"reading {split}: {prefix}.{{{config.src_lang},{config.tgt_lang}}}.conllu")
-        corpora[split] = read_corpus(prefix, config)
+        corpora[split] = read_corpus(prefix, config, progress)
     if subwords_from is not None:
         models_bytes = {side: ds.subword_model_path(subwords_from, side).read_bytes() for side in ("src", "tgt")}
     else:
