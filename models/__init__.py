@@ -1,4 +1,9 @@
 """Pure PyTorch models (DESIGN.md §4): imports only torch and numpy; no Ray, MLflow, pyarrow or I/O.
 
-The architectures arrive with issues 3 (Transformer family) and 4 (recurrent and tree encoders).
+``MODELS`` maps each model name to its config class and preset; ``build_model`` validates a
+config and constructs the model.  Decoding (greedy/beam) is in ``models.search``.
 """
+
+from models.build import MODELS, ModelSpec, build_model, default_config
+
+__all__ = ["MODELS", "ModelSpec", "build_model", "default_config"]
