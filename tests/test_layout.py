@@ -40,3 +40,17 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     validate_config(prepare_config(config))  # raises on an unknown or malformed field
     assert any("mlflow server" in command for command in config["head_start_ray_commands"])
     assert config["file_mounts"] == {"~/syntax-nmt": "."}
+
+
+def test_model_benchmark_runs_with_torch_and_models_only():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "model_speed.py"), "--size", "tiny", "--steps", "1",
+                             "--warmup", "0", "--batch", "2", "--length", "5", "--vocab", "50"],
+                            capture_output=True, text=True, timeout=300, cwd=ROOT / "benchmarks")
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[0] for line in result.stdout.splitlines()[2:]]
+    assert rows == ["transformer", "transformer_rel", "dbsa", "deprel"]
+    imported = imported_roots(ROOT / "benchmarks" / "model_speed.py")
+    assert not imported & FORBIDDEN
