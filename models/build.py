@@ -8,7 +8,10 @@ from typing import Any
 
 from torch import nn
 
+from models.gumbel import GumbelTreeEncoder
+from models.rnn import AttentionDecoder, RecurrentTranslator, RNNConfig, SequentialEncoder
 from models.transformer import Transformer, TransformerConfig
+from models.tree import HierTreeGRUEncoder, Tree2SeqEncoder
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,19 @@ MODELS: dict[str, ModelSpec] = {
                                  "Shaw et al. 2018"),
     "dbsa": ModelSpec(TransformerConfig, Transformer, {"name": "dbsa", "p_enc": 4, "p_dec": 4}, "Deguchi et al. 2019"),
     "deprel": ModelSpec(TransformerConfig, Transformer, {"name": "deprel", "use_dep": True}, "Omote et al. 2019"),
+    "seq2seq": ModelSpec(RNNConfig, RecurrentTranslator, {"name": "seq2seq"}, "Luong et al. 2015 / Bahdanau et al. 2015"),
+    "tree2seq": ModelSpec(RNNConfig, RecurrentTranslator, {"name": "tree2seq", "tree_cell": "lstm"}, "Eriguchi et al. 2016"),
+    "hier_tree_gru": ModelSpec(RNNConfig, RecurrentTranslator, {"name": "hier_tree_gru", "rnn_cell": "gru",
+                                                                 "top_down": True, "gate": "learned"}, "Yang et al. 2017"),
+    "gumbel_tree": ModelSpec(RNNConfig, RecurrentTranslator, {"name": "gumbel_tree", "top_down": False,
+                                                               "gumbel_tau": 0.5}, "Currey & Heafield 2018"),
+}
+
+RNN_ENCODERS = {
+    "seq2seq": SequentialEncoder,
+    "tree2seq": Tree2SeqEncoder,
+    "hier_tree_gru": HierTreeGRUEncoder,
+    "gumbel_tree": GumbelTreeEncoder,
 }
 
 
@@ -46,6 +62,10 @@ def build_model(config, src_vocab: int, tgt_vocab: int) -> nn.Module:
     if min(src_vocab, tgt_vocab) < 4:
         raise ValueError(f"vocabularies need at least the 4 special ids, got {src_vocab}/{tgt_vocab}")
     config.validate()
+    if spec.model_class is RecurrentTranslator:
+        gate = config.gate if config.name == "hier_tree_gru" else None
+        encoder = RNN_ENCODERS[config.name](config, src_vocab)
+        return RecurrentTranslator(config, encoder, AttentionDecoder(config, tgt_vocab, gate=gate))
     return spec.model_class(config, src_vocab, tgt_vocab)
 
 

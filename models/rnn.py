@@ -1,0 +1,234 @@
+"""Recurrent encoder-decoder pieces shared by ``seq2seq`` and the tree models.
+
+* ``LeafEncoder``: embeddings + (bi)GRU/LSTM over the source subwords, packed so padding never
+  leaks into real positions.
+* ``AttentionDecoder``: the input-feeding decoder of Luong et al. 2015 with ``general``
+  (Luong) or additive (Bahdanau et al. 2015) scores over an encoder *memory* (words, or words
+  and phrase nodes for the tree encoders).  With a ``gate`` it computes the weighted attention
+  of Yang et al. 2017 (eq. 4): separate contexts over lexical and phrase nodes mixed by a
+  scalar β — fixed, or predicted from the decoder state.
+* ``RecurrentTranslator``: encoder + decoder with the decoding interface of ``models.search``
+  (``encode``, ``start_state``, ``step``); the four models differ only in their encoder.
+
+Shape legend: B batch, S source length, N memory nodes (S words [+ S-1 phrases]), T target
+length, E embedding dim, H decoder/memory dim, V vocabulary.  Masks: True = valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from models.inputs import ModelOutput, Source
+
+RNNName = Literal["seq2seq", "tree2seq", "hier_tree_gru", "gumbel_tree"]
+Gate = Literal["fixed0", "fixed05", "fixed1", "learned"]
+FIXED_BETA = {"fixed0": 0.0, "fixed05": 0.5, "fixed1": 1.0}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RNNConfig:
+    name: RNNName = "seq2seq"
+    d_embed: int = 256
+    d_hidden: int = 256  # per direction of the leaf RNN; memory/decoder dim is 2× if bidirectional
+    rnn_cell: Literal["gru", "lstm"] = "lstm"  # leaf encoder and decoder cell
+    bidirectional: bool = True  # bidirectional leaves (Yang et al. Table 3 switch)
+    attention: Literal["luong", "bahdanau"] = "luong"
+    dropout: float = 0.2
+    # tree2seq (Eriguchi et al. 2016): the bottom-up composition cell
+    tree_cell: Literal["gru", "lstm"] = "lstm"
+    # hier_tree_gru (Yang et al. 2017) and gumbel_tree (Currey & Heafield 2018)
+    top_down: bool = True  # the top-down pass (Table 3 switch / their §3.3)
+    gate: Gate = "learned"  # hier_tree_gru: β weighting lexical vs phrase context (eq. 4)
+    gumbel_tau: float = 0.5  # gumbel_tree: Gumbel-softmax temperature (paper: 0.5)
+
+    @property
+    def d_memory(self) -> int:
+        return self.d_hidden * (2 if self.bidirectional else 1)
+
+    def validate(self) -> None:
+        for key in ("d_embed", "d_hidden"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.gumbel_tau <= 0:
+            raise ValueError(f"gumbel_tau must be positive, got {self.gumbel_tau}")
+
+
+@dataclass
+class Memory:
+    """What the decoder attends to, plus the vector its state starts from."""
+
+    states: Tensor  # [B, N, H]
+    valid: Tensor  # [B, N] bool
+    lexical: Tensor  # [B, N] bool: word (leaf) nodes; the rest are phrase nodes
+    summary: Tensor  # [B, H] the decoder is initialised from it (last states / tree root)
+
+
+@dataclass
+class EncodedMemory:
+    """``Memory`` with the attention keys precomputed once per sentence (reordered by beams)."""
+
+    memory: Memory
+    keys: Tensor  # [B, N, H]
+
+
+@dataclass
+class RNNState:
+    hidden: Tensor  # [B, H]
+    cell: Tensor  # [B, H] (zeros for a GRU decoder)
+    feed: Tensor  # [B, H] attentional vector of the previous step (input feeding)
+
+
+def masked_softmax(scores: Tensor, valid: Tensor) -> Tensor:
+    """Softmax over valid positions; a row with none is all zeros (not NaN)."""
+    scores = scores.masked_fill(~valid, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.nan_to_num(weights, nan=0.0)
+
+
+class LeafEncoder(nn.Module):
+    """Embeddings and a packed (bi)directional RNN over the source subwords."""
+
+    def __init__(self, config: RNNConfig, vocab: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, config.d_embed, padding_idx=0)
+        rnn = nn.LSTM if config.rnn_cell == "lstm" else nn.GRU
+        self.rnn = rnn(config.d_embed, config.d_hidden, batch_first=True, bidirectional=config.bidirectional)
+        self.dropout = nn.Dropout(config.dropout)
+        self.bidirectional = config.bidirectional
+
+    def forward(self, src: Source) -> tuple[Tensor, Tensor]:
+        """→ states [B, S, H] (zero on padding) and a summary [B, H]: the last forward state
+        (and the first backward state)."""
+        x = self.dropout(self.embed(src.ids))  # [B, S, E]
+        packed = pack_padded_sequence(x, src.lengths.cpu(), batch_first=True, enforce_sorted=False)
+        output, _ = self.rnn(packed)
+        states, _ = pad_packed_sequence(output, batch_first=True, total_length=src.ids.shape[1])  # [B, S, H]
+        last = states[torch.arange(len(src.lengths)), src.lengths - 1]  # [B, H]
+        if self.bidirectional:
+            half = states.shape[-1] // 2
+            last = torch.cat([last[:, :half], states[:, 0, half:]], dim=-1)
+        return self.dropout(states), last
+
+
+class SequentialEncoder(nn.Module):
+    """``seq2seq``: the decoder attends over the leaf states."""
+
+    def __init__(self, config: RNNConfig, vocab: int):
+        super().__init__()
+        self.leaves = LeafEncoder(config, vocab)
+
+    def forward(self, src: Source) -> Memory:
+        states, summary = self.leaves(src)
+        valid = src.valid
+        return Memory(states=states, valid=valid, lexical=valid, summary=summary)
+
+
+class AttentionDecoder(nn.Module):
+    """Input feeding (Luong et al. 2015): s_t = RNN([y_{t-1}; h̃_{t-1}], s_{t-1});
+    c_t = Σ_j a_tj m_j; h̃_t = tanh(W_c [c_t; s_t]); p(y_t) = softmax(W_o h̃_t)."""
+
+    def __init__(self, config: RNNConfig, vocab: int, gate: Gate | None = None):
+        super().__init__()
+        d = config.d_memory
+        self.embed = nn.Embedding(vocab, config.d_embed, padding_idx=0)
+        self.cell_type = config.rnn_cell
+        cell = nn.LSTMCell if config.rnn_cell == "lstm" else nn.GRUCell
+        self.cell = cell(config.d_embed + d, d)
+        self.init = nn.Linear(d, d)  # s_0 = tanh(W summary)
+        self.score_type = config.attention
+        if config.attention == "luong":
+            self.key = nn.Linear(d, d, bias=False)  # general: s_tᵀ W m_j
+        else:
+            self.key = nn.Linear(d, d, bias=False)  # additive: vᵀ tanh(W1 m_j + W2 s_t)
+            self.query = nn.Linear(d, d)
+            self.energy = nn.Linear(d, 1, bias=False)
+        self.combine = nn.Linear(2 * d, d, bias=False)  # W_c
+        self.output = nn.Linear(d, vocab)
+        self.dropout = nn.Dropout(config.dropout)
+        self.gate = gate
+        self.beta = nn.Linear(d, 1) if gate == "learned" else None  # β_t = σ(w·s_t + b)
+
+    def prepare(self, memory: Memory) -> EncodedMemory:
+        return EncodedMemory(memory=memory, keys=self.key(memory.states))
+
+    def start(self, encoded: EncodedMemory) -> RNNState:
+        hidden = torch.tanh(self.init(encoded.memory.summary))  # [B, H]
+        return RNNState(hidden=hidden, cell=torch.zeros_like(hidden), feed=torch.zeros_like(hidden))
+
+    def step(self, encoded: EncodedMemory, state: RNNState, tokens: Tensor) -> tuple[Tensor, RNNState]:
+        """tokens [B] → logits [B, V] and the next state."""
+        x = torch.cat([self.dropout(self.embed(tokens)), state.feed], dim=-1)  # [B, E + H]
+        if self.cell_type == "lstm":
+            hidden, cell = self.cell(x, (state.hidden, state.cell))
+        else:
+            hidden, cell = self.cell(x, state.hidden), state.cell
+        context = self.context(encoded, hidden)  # [B, H]
+        feed = torch.tanh(self.combine(torch.cat([context, hidden], dim=-1)))  # h̃_t
+        logits = self.output(self.dropout(feed))
+        return logits, RNNState(hidden=hidden, cell=cell, feed=feed)
+
+    def context(self, encoded: EncodedMemory, hidden: Tensor) -> Tensor:
+        memory = encoded.memory
+        scores = self.scores(encoded.keys, hidden)  # [B, N]
+        if self.gate is None:
+            weights = masked_softmax(scores, memory.valid)
+            return (weights[:, None, :] @ memory.states)[:, 0]
+        lexical = masked_softmax(scores, memory.valid & memory.lexical)  # [B, N]
+        phrase = masked_softmax(scores, memory.valid & ~memory.lexical)
+        c_lex = (lexical[:, None, :] @ memory.states)[:, 0]  # [B, H]
+        c_phrase = (phrase[:, None, :] @ memory.states)[:, 0]
+        beta = self.gate_value(hidden, memory)  # [B, 1]
+        return (1.0 - beta) * c_lex + beta * c_phrase  # Yang et al. eq. 4
+
+    def gate_value(self, hidden: Tensor, memory: Memory) -> Tensor:
+        if self.gate == "learned":
+            beta = torch.sigmoid(self.beta(hidden))
+        else:
+            beta = hidden.new_full((hidden.shape[0], 1), FIXED_BETA[self.gate])
+        has_phrases = (memory.valid & ~memory.lexical).any(dim=-1, keepdim=True)  # one-word sentences
+        return torch.where(has_phrases, beta, torch.zeros_like(beta))
+
+    def scores(self, keys: Tensor, hidden: Tensor) -> Tensor:
+        if self.score_type == "luong":
+            return (keys @ hidden[:, :, None])[:, :, 0]  # [B, N]
+        return self.energy(torch.tanh(keys + self.query(hidden)[:, None, :]))[:, :, 0]
+
+
+class RecurrentTranslator(nn.Module):
+    """An encoder producing a ``Memory`` and the attentional decoder; teacher forcing runs the
+    decoder step by step (it is recurrent), decoding uses the same ``step``."""
+
+    def __init__(self, config: RNNConfig, encoder: nn.Module, decoder: AttentionDecoder):
+        super().__init__()
+        config.validate()
+        self.config, self.encoder, self.decoder = config, encoder, decoder
+        for name, parameter in self.named_parameters():
+            if parameter.dim() >= 2 and "embed" not in name:
+                nn.init.xavier_uniform_(parameter)
+
+    def forward(self, src: Source, tgt_in: Tensor) -> ModelOutput:
+        encoded = self.encode(src)
+        state = self.decoder.start(encoded)
+        logits = []
+        for t in range(tgt_in.shape[1]):
+            step_logits, state = self.decoder.step(encoded, state, tgt_in[:, t])
+            logits.append(step_logits)
+        return ModelOutput(logits=torch.stack(logits, dim=1))  # [B, T, V]
+
+    def encode(self, src: Source) -> EncodedMemory:
+        return self.decoder.prepare(self.encoder(src))
+
+    def start_state(self, encoded: EncodedMemory) -> RNNState:
+        return self.decoder.start(encoded)
+
+    def step(self, encoded: EncodedMemory, state: RNNState, tokens: Tensor) -> tuple[Tensor, RNNState]:
+        logits, state = self.decoder.step(encoded, state, tokens)
+        return F.log_softmax(logits.float(), dim=-1), state
