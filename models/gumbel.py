@@ -11,19 +11,19 @@ transform.  Then n-1 merge steps; each step, for *all* sentences in one call,
 4. replaces the pair by the selected parent: ``h'_i = L_i h_i + y_i ĥ_i + R_i h_{i+1}`` with
    ``L = 1 − cumsum(y)``, ``R = cumsum(y) − y``.
 
-Sentences that are already reduced to one node keep their state (masks).  The selected parent
+The current nodes of all sentences are packed without padding, so each step's one cell call
+covers exactly the real pairs; a sentence reduced to its root drops out.  The selected parent
 of step t is phrase node ``S + t`` in the same batch layout as the given trees, so the induced
 tree is a parent array like ``Source.tree_parent``.  With ``top_down`` a GRU runs from the root
 down (eq. 5-8, one set of weights for left and right) and the decoder attends over the
 top-down word nodes only; without it, over words and phrases (§3.4).
 
-Shape legend: B batch, S longest sentence, L current sequence length, H node dim.
+Shape legend: B batch, S longest sentence, P packed current nodes, Q packed pairs, H node dim.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.inputs import Source
@@ -31,19 +31,32 @@ from models.rnn import LeafEncoder, Memory, RNNConfig
 from models.tree import BinaryTreeLSTMCell, TopDownGRU, TreeSchedule, tree_memory
 
 
-def st_gumbel_softmax(logits: Tensor, valid: Tensor, tau: float, training: bool) -> Tensor:
-    """Straight-through Gumbel-softmax over valid positions: one-hot forward, soft backward.
+def segment_st_gumbel(scores: Tensor, segment: Tensor, num_segments: int, tau: float,
+                      training: bool) -> tuple[Tensor, Tensor]:
+    """Straight-through Gumbel-softmax within each segment of a packed score vector [Q].
 
-    At evaluation (``training=False``) the plain argmax, without noise."""
-    logits = logits.masked_fill(~valid, float("-inf"))
+    Returns (selection, hard): ``hard`` is one-hot per segment; ``selection`` equals it in the
+    forward pass and carries the soft sample's gradient (training) or is ``hard`` (evaluation)."""
     if training:
-        uniform = torch.rand_like(logits).clamp(1e-10, 1.0 - 1e-10)
-        gumbel = -torch.log(-torch.log(uniform))
-        soft = torch.softmax((logits + gumbel) / tau, dim=-1)
-    else:
-        soft = torch.softmax(logits, dim=-1)
-    hard = F.one_hot(soft.argmax(dim=-1), logits.shape[-1]).to(soft.dtype)
-    return hard - soft.detach() + soft if training else hard
+        uniform = torch.rand_like(scores).clamp(1e-10, 1.0 - 1e-10)
+        scores = (scores - torch.log(-torch.log(uniform))) / tau
+    top = scores.new_full((num_segments,), float("-inf")).scatter_reduce(0, segment, scores, "amax")
+    index = torch.arange(len(scores), device=scores.device)
+    first_top = torch.where(scores == top[segment], index, len(scores))
+    winner = torch.full((num_segments,), len(scores), device=scores.device).scatter_reduce(0, segment, first_top, "amin")
+    hard = (index == winner[segment]).to(scores.dtype)
+    if not training:
+        return hard, hard
+    weights = torch.exp(scores - top[segment])
+    soft = weights / scores.new_zeros(num_segments).index_add(0, segment, weights)[segment]
+    return hard - soft.detach() + soft, hard
+
+
+def segment_cumsum(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:
+    """Inclusive cumulative sum within contiguous, ascending segments of a packed vector."""
+    totals = values.new_zeros(num_segments).index_add(0, segment, values)
+    before = totals.cumsum(0) - totals  # sum of all earlier segments
+    return values.cumsum(0) - before[segment]
 
 
 class GumbelTreeEncoder(nn.Module):
@@ -69,50 +82,50 @@ class GumbelTreeEncoder(nn.Module):
 
     def compose(self, src: Source) -> tuple[Tensor, Tensor]:
         """→ node states [B, 2S-1, H] (words, then the parent made at each step) and the
-        induced tree as parent ids [B, 2S-1] (batch layout, -1 for root and padding)."""
+        induced tree as parent ids [B, 2S-1] (batch layout, -1 for root and padding).
+
+        The current nodes of all sentences are kept *packed* ([P, H], sentence by sentence, no
+        padding), so every merge step is one cell call over exactly the real adjacent pairs;
+        a sentence reduced to its root drops out of the packed arrays."""
         leaves, _ = self.leaves(src)
         batch, width, dim = leaves.shape
-        h, c = self.leaf_transform(leaves).chunk(2, dim=-1)  # [B, S, H] each
-        ids = torch.arange(width, device=leaves.device).expand(batch, -1)  # node id at each position
+        h0, c0 = self.leaf_transform(leaves).chunk(2, dim=-1)  # [B, S, H] each
+        sentence, position = torch.nonzero(src.valid, as_tuple=True)  # packed order: sentence-major
+        h, c = h0[sentence, position], c0[sentence, position]  # [P, H]
+        ids = position  # node id of each packed node
         parent = torch.full((batch, 2 * width - 1), -1, dtype=torch.long, device=leaves.device)
-        phrases = []
+        nodes = leaves.new_zeros(batch, 2 * width - 1, dim)
+        nodes[:, :width] = leaves
         for step in range(width - 1):
-            h, c, ids, phrase = self._merge(h, c, ids, parent, src.lengths, step, width)
-            phrases.append(phrase)
-        nodes = torch.cat([leaves] + [p[:, None] for p in phrases], dim=1) if phrases else leaves
+            pairs = torch.nonzero(sentence[:-1] == sentence[1:]).flatten()  # left node of each pair
+            if pairs.numel() == 0:
+                break
+            h, c, sentence, ids, merged = self._merge(h, c, sentence, ids, pairs, parent, width + step, batch)
+            nodes[merged[0], width + step] = merged[1]
         return nodes, parent
 
-    def _merge(self, h, c, ids, parent, lengths, step: int, width: int):
-        """One merge step over all sentences: [B, L, H] → [B, L-1, H]."""
-        new_h, new_c = self.cell(h[:, :-1], c[:, :-1], h[:, 1:], c[:, 1:])  # every adjacent pair
-        candidates = torch.arange(h.shape[1] - 1, device=h.device)[None, :]
-        active = lengths - step > 1  # [B] sentences with ≥ 2 nodes left
-        valid = candidates < (lengths - step - 1)[:, None]  # [B, L-1]
-        valid = valid | ~active[:, None] & (candidates == 0)  # keep softmax defined when done
-        scores = new_h @ self.query  # [B, L-1], eq. 4
-        select = st_gumbel_softmax(scores, valid, self.tau, self.training)  # [B, L-1]
-        select = select * active[:, None].to(select.dtype)
-        cumulative = select.cumsum(dim=-1)
-        keep_left = (1.0 - cumulative)[..., None]  # positions left of the merge
-        take_right = (cumulative - select)[..., None]  # positions right of it shift left by one
-        chosen = select[..., None]
-        h_next = keep_left * h[:, :-1] + chosen * new_h + take_right * h[:, 1:]
-        c_next = keep_left * c[:, :-1] + chosen * new_c + take_right * c[:, 1:]
-        phrase = (chosen * new_h).sum(dim=1)  # [B, H] the parent made this step
-        ids_next = self._record(select, ids, parent, active, width + step)
-        return h_next, c_next, ids_next, phrase
-
-    @staticmethod
-    def _record(select: Tensor, ids: Tensor, parent: Tensor, active: Tensor, new_id: int) -> Tensor:
-        """Write the merged pair's parent into ``parent`` and return the new position → id map."""
-        k = select.argmax(dim=-1)  # [B]
-        rows = torch.nonzero(active).flatten()
-        parent[rows, ids[rows, k[rows]]] = new_id
-        parent[rows, ids[rows, k[rows] + 1]] = new_id
-        positions = torch.arange(ids.shape[1] - 1, device=ids.device)[None, :]
-        merged = torch.where(positions < k[:, None], ids[:, :-1],
-                             torch.where(positions == k[:, None], torch.full_like(ids[:, :-1], new_id), ids[:, 1:]))
-        return torch.where(active[:, None], merged, ids[:, :-1])
+    def _merge(self, h, c, sentence, ids, pairs, parent, new_id: int, batch: int):
+        """One merge step over every adjacent pair of every sentence: [P, H] → [Q, H], Q = #pairs."""
+        left, right = pairs, pairs + 1
+        segment = sentence[left]  # [Q] sentence of each candidate pair
+        new_h, new_c = self.cell(h[left], c[left], h[right], c[right])  # eq. 1-3, all pairs at once
+        scores = new_h @ self.query  # [Q], eq. 4
+        select, hard = segment_st_gumbel(scores, segment, batch, self.tau, self.training)  # [Q]
+        cumulative = segment_cumsum(select, segment, batch)
+        keep_left = (1.0 - cumulative)[:, None]  # pairs left of the merge keep their left node
+        take_right = (cumulative - select)[:, None]  # pairs right of it take their right node
+        chosen = select[:, None]
+        h_next = keep_left * h[left] + chosen * new_h + take_right * h[right]
+        c_next = keep_left * c[left] + chosen * new_c + take_right * c[right]
+        merged_sentences = torch.nonzero(hard).flatten()  # one pair per sentence
+        rows = segment[merged_sentences]
+        parent[rows, ids[left[merged_sentences]]] = new_id
+        parent[rows, ids[right[merged_sentences]]] = new_id
+        phrase = h.new_zeros(batch, h.shape[-1]).index_add(0, segment, chosen * new_h)  # [B, H]
+        hard_cumulative = segment_cumsum(hard.to(h.dtype), segment, batch)
+        ids_next = torch.where(hard_cumulative == 0, ids[left],
+                               torch.where(hard.bool(), torch.full_like(ids[left], new_id), ids[right]))
+        return h_next, c_next, segment, ids_next, (rows, phrase[rows])
 
     @torch.no_grad()
     def induced_trees(self, src: Source) -> Tensor:

@@ -243,3 +243,31 @@ def brackets(parent: list[int], length: int, width: int, tokens: list[str]) -> s
         return f"({show(left)} {show(right)})"
 
     return show(width + length - 2 if length > 1 else 0)
+
+
+def bottom_up_per_node(leaves: Tensor, parent: Tensor, lengths: Tensor, cell: nn.Module) -> Tensor:
+    """Reference: one sentence and one node at a time (what the batched schedule replaces).
+
+    Used by the tests (equal values and gradients) and by ``benchmarks/tree_speed.py``."""
+    width = leaves.shape[1]
+    lstm = isinstance(cell, BinaryTreeLSTMCell)
+    sentences = []
+    for b, n in enumerate(lengths.tolist()):
+        h = {i: leaves[b, i] for i in range(n)}
+        c = {i: torch.zeros_like(leaves[b, i]) for i in range(n)}
+        children: dict[int, list[int]] = {}
+        for node in list(range(n)) + list(range(width, width + n - 1)):
+            if int(parent[b, node]) >= 0:
+                children.setdefault(int(parent[b, node]), []).append(node)
+        leftmost = {i: i for i in range(n)}
+        for node in range(width, width + n - 1):  # ids grow bottom-up
+            left, right = sorted(children[node], key=lambda x: leftmost[x])
+            leftmost[node] = leftmost[left]
+            if lstm:
+                h_new, c_new = cell(h[left][None], c[left][None], h[right][None], c[right][None])
+                h[node], c[node] = h_new[0], c_new[0]
+            else:
+                h[node] = cell(h[left][None], h[right][None])[0]
+        rows = [h.get(i, leaves.new_zeros(leaves.shape[-1])) for i in range(2 * width - 1)]
+        sentences.append(torch.stack(rows))
+    return torch.stack(sentences)

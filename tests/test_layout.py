@@ -54,3 +54,16 @@ def test_model_benchmark_runs_with_torch_and_models_only():
     assert rows == ["transformer", "transformer_rel", "dbsa", "deprel"]
     imported = imported_roots(ROOT / "benchmarks" / "model_speed.py")
     assert not imported & FORBIDDEN
+
+
+def test_tree_benchmark_runs_and_reports_a_speed_up():
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tree_speed.py"), "--batch", "4", "--dim", "8",
+                             "--repeats", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    rows = result.stdout.splitlines()[2:]
+    assert [row.split()[0] for row in rows] == ["bottom-up", "bottom-up", "Gumbel"]
+    assert all(row.rstrip().endswith("x") for row in rows)
+    assert not imported_roots(ROOT / "benchmarks" / "tree_speed.py") & FORBIDDEN

@@ -6,7 +6,7 @@ import torch
 
 from model_helpers import random_target, select, tiny_rnn, tree_source
 from models import build_model, default_config
-from models.gumbel import st_gumbel_softmax
+from models.gumbel import segment_cumsum, segment_st_gumbel
 from models.inputs import Source
 from models.search import beam_search, greedy_search
 from models.tree import TopDownGRU, TreeGRUCell, TreeSchedule, bottom_up, brackets
@@ -75,14 +75,20 @@ def test_top_down_uses_distinct_left_and_right_parameters():
 
 def test_straight_through_gumbel_is_one_hot_forward_and_soft_backward():
     torch.manual_seed(0)
-    logits = torch.randn(4, 6, requires_grad=True)
-    valid = torch.ones(4, 6, dtype=torch.bool)
-    valid[1, 4:] = False
-    y = st_gumbel_softmax(logits, valid, tau=0.5, training=True)
-    assert torch.equal(y.detach().sum(-1), torch.ones(4)) and set(y.detach().unique().tolist()) <= {0.0, 1.0}
-    assert y[1, 4:].sum() == 0
-    (y * torch.randn(4, 6)).sum().backward()
-    assert logits.grad is not None and logits.grad.abs().sum() > 0
+    scores = torch.randn(9, requires_grad=True)
+    segment = torch.tensor([0, 0, 0, 1, 1, 3, 3, 3, 3])  # sentence 2 has no pairs left
+    y, hard = segment_st_gumbel(scores, segment, 4, tau=0.5, training=True)
+    assert torch.equal(y.detach(), hard) and set(hard.tolist()) <= {0.0, 1.0}
+    per_segment = torch.zeros(4).index_add(0, segment, hard)
+    assert per_segment.tolist() == [1.0, 1.0, 0.0, 1.0]  # exactly one pick per segment
+    (y * torch.randn(9)).sum().backward()
+    assert scores.grad is not None and (scores.grad != 0).sum() >= 6  # soft backward reaches all
+    evaluation, _ = segment_st_gumbel(scores.detach(), segment, 4, tau=0.5, training=False)
+    expected = torch.zeros(9)
+    for members in ([0, 1, 2], [3, 4], [5, 6, 7, 8]):
+        expected[members[int(scores[members].argmax())]] = 1.0
+    assert torch.equal(evaluation, expected)  # the greedy argmax, no noise
+    assert segment_cumsum(torch.tensor([1.0, 0, 0, 0, 1, 0, 1, 0, 0]), segment, 4).tolist() == [1, 1, 1, 0, 1, 0, 1, 1, 1]
 
 
 def soft_entropy(tau):
@@ -210,3 +216,23 @@ def test_one_word_sentences_work_everywhere():
         src = Source(ids=torch.tensor([[5]]), lengths=torch.tensor([1]), tree_parent=torch.tensor([[-1]]),
                      depth=torch.zeros(1, 1, dtype=torch.long))
         assert torch.isfinite(model(src, random_target(1, 3)).logits).all()
+
+
+@pytest.mark.parametrize("cell_name", ["gru", "lstm"])
+def test_batched_bottom_up_equals_per_node_reference_with_gradients(cell_name):
+    from models.tree import BinaryTreeLSTMCell, bottom_up_per_node
+
+    torch.manual_seed(3)
+    src = tree_source([7, 3, 1, 5], seed=9)
+    cell = TreeGRUCell(6) if cell_name == "gru" else BinaryTreeLSTMCell(6)
+    leaves = torch.randn(4, 7, 6, requires_grad=True)
+    schedule = TreeSchedule.from_parents(src.tree_parent, src.lengths)
+    fast, _ = bottom_up(leaves, schedule, cell, 7)
+    slow = bottom_up_per_node(leaves, src.tree_parent, src.lengths, cell)
+    mask = schedule.exists[..., None]
+    torch.testing.assert_close(fast * mask, slow * mask)
+    weights = torch.randn_like(fast) * mask
+    grad_fast = torch.autograd.grad((fast * weights).sum(), [leaves] + list(cell.parameters()))
+    grad_slow = torch.autograd.grad((slow * weights).sum(), [leaves] + list(cell.parameters()))
+    for a, b in zip(grad_fast, grad_slow):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
