@@ -2,6 +2,7 @@
 
     python benchmarks/model_speed.py                      # CPU, small size
     python benchmarks/model_speed.py --device cuda --bf16 --size paper --batch 128
+    python benchmarks/model_speed.py --models transformer seq2seq tree2seq hier_tree_gru gumbel_tree
 
 Prints the parameter count of every model at the chosen size and at paper size, and the
 training throughput (source + target tokens per second, fwd + bwd + optimizer step) on random
@@ -23,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from models import MODELS, build_model, default_config  # noqa: E402
 from models.inputs import Source  # noqa: E402
+from tree_speed import random_trees  # noqa: E402  (benchmarks/ is on sys.path as the script's dir)
 
 SIZES = {
     "tiny": dict(num_encoder_layers=2, num_decoder_layers=2, d_model=64, num_heads=4, d_ff=256),
@@ -30,22 +32,34 @@ SIZES = {
     "paper": dict(num_encoder_layers=6, num_decoder_layers=6, d_model=512, num_heads=8, d_ff=2048),
 }
 TRANSFORMERS = ["transformer", "transformer_rel", "dbsa", "deprel"]
+RNN_SIZES = {  # comparable sizes for the recurrent/tree models (--models seq2seq ...)
+    "tiny": dict(d_embed=64, d_hidden=32),
+    "small": dict(d_embed=256, d_hidden=128),
+    "paper": dict(d_embed=512, d_hidden=256),
+}
 
 
 def random_batch(batch: int, length: int, vocab: int, device: str) -> tuple[Source, torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(4, vocab, (batch, length), generator=generator)
     depth = torch.randint(0, 6, (batch, length), generator=generator)
-    src = Source(ids=ids.to(device), lengths=torch.full((batch,), length).to(device), depth=depth.to(device))
+    src = Source(ids=ids.to(device), lengths=torch.full((batch,), length).to(device), depth=depth.to(device),
+                 tree_parent=random_trees([length] * batch).to(device))
     tgt = torch.randint(4, vocab, (batch, length + 1), generator=generator).to(device)
     return src, tgt
 
 
-def measure(name: str, size: dict, args) -> tuple[int, float]:
+def sized_config(name: str, size_name: str):
+    if MODELS[name].config_class.__name__ == "RNNConfig":
+        return default_config(name, **RNN_SIZES[size_name])
+    size = SIZES[size_name]
+    layers = {"p_enc": size["num_encoder_layers"] // 2 + 1, "p_dec": size["num_decoder_layers"] // 2 + 1}
+    return default_config(name, **size, **(layers if name == "dbsa" else {}))
+
+
+def measure(name: str, args) -> tuple[int, float]:
     torch.manual_seed(0)
-    model = build_model(default_config(name, **size, **(
-        {"p_enc": size["num_encoder_layers"] // 2 + 1, "p_dec": size["num_decoder_layers"] // 2 + 1} if name == "dbsa" else {})),
-        args.vocab, args.vocab).to(args.device)
+    model = build_model(sized_config(name, args.size), args.vocab, args.vocab).to(args.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     src, tgt = random_batch(args.batch, args.length, args.vocab, args.device)
     tokens = args.batch * (2 * args.length + 1)
@@ -95,9 +109,8 @@ def main() -> None:
     print(f"{'model':<16}{'params (this size)':>20}{'params (paper size)':>22}{'tokens/s':>12}{'vs transformer':>16}")
     baseline = None
     for name in args.models:
-        paper = sum(p.numel() for p in build_model(default_config(name, **({"p_enc": 4, "p_dec": 4} if name == "dbsa" else {})),
-                                                     args.vocab, args.vocab).parameters())
-        params, speed = measure(name, SIZES[args.size], args)
+        paper = sum(p.numel() for p in build_model(sized_config(name, "paper"), args.vocab, args.vocab).parameters())
+        params, speed = measure(name, args)
         baseline = baseline or speed
         print(f"{name:<16}{params:>20,}{paper:>22,}{speed:>12,.0f}{speed / baseline:>15.2f}x")
 
