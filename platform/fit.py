@@ -1,0 +1,167 @@
+"""The epoch loop, as a plain function: ``fit(config, dataset_dir, ctx, hooks)``.
+
+``platform.train`` runs it in each Ray Train worker with Ray hooks (DDP wrapping, reporting,
+checkpoints through Ray); tests run it directly with ``LocalHooks``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from platform import dataset as ds
+from platform.batching import ParquetExamples, ShardedBatches
+from platform.training import (
+    CHECKPOINT_FILE,
+    Context,
+    Evaluation,
+    TrainConfig,
+    Throughput,
+    build_training,
+    checkpoint_state,
+    evaluate,
+    restore,
+    save_checkpoint,
+    train_step,
+)
+from platform.subwords import SubwordModel
+
+
+class Hooks:
+    """What the surrounding system provides; the defaults run alone in one process."""
+
+    def resume(self) -> dict | None:
+        return None
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+    def report(self, metrics: dict[str, float], state: dict | None, evaluation: Evaluation | None, is_best: bool) -> None:
+        pass
+
+
+@dataclass
+class LocalHooks(Hooks):
+    """Keeps checkpoints in a directory (``last.pt``, ``best.pt``) and the reported metrics."""
+
+    directory: Path
+    reported: list[dict[str, float]] = field(default_factory=list)
+
+    def resume(self) -> dict | None:
+        from platform.training import load_checkpoint
+
+        last = Path(self.directory) / "last.pt"
+        return load_checkpoint(last) if last.exists() else None
+
+    def report(self, metrics, state, evaluation, is_best) -> None:
+        self.reported.append(metrics)
+        if state is not None:
+            save_checkpoint(state, Path(self.directory) / "last.pt")
+            if is_best:
+                save_checkpoint(state, Path(self.directory) / "best.pt")
+
+
+@dataclass
+class Dataset:
+    """A prepared dataset as the training loop needs it."""
+
+    directory: Path
+    meta: dict[str, Any]
+    train: ParquetExamples
+    dev: ParquetExamples | None
+    subword_bytes: dict[str, bytes]
+
+    @classmethod
+    def open(cls, directory: str | Path, with_dev: bool = True) -> "Dataset":
+        directory = Path(directory)
+        meta = ds.read_meta(directory)
+        dev = ParquetExamples(ds.split_path(directory, "dev")) if with_dev else None
+        blobs = {side: ds.subword_model_path(directory, side).read_bytes() for side in ("src", "tgt")}
+        return cls(directory, meta, ParquetExamples(ds.split_path(directory, "train")), dev, blobs)
+
+
+def fit(config: TrainConfig, dataset: Dataset, ctx: Context, hooks: Hooks, log=print) -> list[dict[str, float]]:
+    """Train for ``config.max_epochs`` (or until early stopping); returns the metric history."""
+    sampler = ShardedBatches(dataset.train, config.batching, rank=ctx.rank, world_size=ctx.world_size)
+    vocab = dataset.meta["vocab_size"]
+    model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)
+    progress = {"epoch": 0, "step": 0, "history": [], "best_bleu": -1.0, "best_epoch": 0, "bad_epochs": 0}
+    state = hooks.resume()
+    if state is not None:
+        progress = restore(state, model, optimizer, scheduler, sampler)
+        log(f"resumed from epoch {progress['epoch']} (step {progress['step']})")
+    trained = hooks.wrap(model)
+    tgt_model = SubwordModel(dataset.subword_bytes["tgt"]) if ctx.rank == 0 else None
+    for epoch in range(progress["epoch"], config.max_epochs):
+        metrics = _train_epoch(trained, optimizer, scheduler, sampler, config, ctx, epoch, progress)
+        evaluation = None
+        if ctx.rank == 0 and dataset.dev is not None:
+            evaluation = evaluate(model, dataset.dev, config, tgt_model, dataset.meta["tgt_lang"], ctx)
+            metrics.update(evaluation.metrics)
+        is_best = _update_progress(progress, metrics, epoch)
+        stop = _should_stop(progress, config, ctx)
+        state = (checkpoint_state(model, optimizer, scheduler, sampler, config, progress, dataset.subword_bytes,
+                                  dataset.meta) if ctx.rank == 0 else None)
+        if ctx.rank == 0:
+            log(progress_line(metrics, config.max_epochs))
+        hooks.report(metrics, state, evaluation, is_best)
+        if stop:
+            if ctx.rank == 0:
+                log(f"early stopping: no better dev_bleu for {config.patience} epochs")
+            break
+    return progress["history"]
+
+
+def _train_epoch(model, optimizer, scheduler, sampler, config, ctx, epoch, progress) -> dict[str, float]:
+    sampler.set_epoch(epoch)
+    meter = Throughput()
+    loss_sum, steps = 0.0, 0
+    for index, batch in enumerate(sampler):
+        if config.max_steps_per_epoch is not None and index >= config.max_steps_per_epoch:
+            break
+        result = train_step(model, optimizer, scheduler, batch, config, ctx)
+        loss_sum += result.loss
+        steps += 1
+        progress["step"] += 1
+        meter.add(result.num_tokens)
+    return {"epoch": epoch + 1, "train_loss": loss_sum / max(steps, 1), "tokens_per_s": meter.per_second,
+            "lr": scheduler.get_last_lr()[0], "step": progress["step"]}
+
+
+def _update_progress(progress: dict, metrics: dict[str, float], epoch: int) -> bool:
+    progress["epoch"] = epoch + 1
+    progress["history"].append({k: float(v) for k, v in metrics.items()})
+    bleu = metrics.get("dev_bleu")
+    if bleu is not None and bleu > progress["best_bleu"]:
+        progress["best_bleu"], progress["best_epoch"], progress["bad_epochs"] = float(bleu), epoch + 1, 0
+        return True
+    progress["bad_epochs"] += 1
+    return False
+
+
+def _should_stop(progress: dict, config: TrainConfig, ctx: Context) -> bool:
+    """Rank 0 decides (only it has dev scores); every rank must agree, or DDP hangs."""
+    local = float(config.patience is not None and progress["bad_epochs"] >= config.patience and ctx.rank == 0)
+    return bool(ctx.all_reduce(torch.tensor([local], device=ctx.device))[0] > 0)
+
+
+def progress_line(metrics: dict[str, float], max_epochs: int) -> str:
+    shown = ["train_loss", "dev_loss", "dev_bleu", "dev_chrf", "dev_uas_enc", "dev_uas_dec", "tokens_per_s"]
+    parts = [f"epoch {int(metrics['epoch'])}/{max_epochs}"]
+    for key in shown:
+        if key in metrics:
+            value = metrics[key]
+            parts.append(f"{key} {value:.0f}" if key == "tokens_per_s" else f"{key} {value:.3f}" if "uas" in key
+                         else f"{key} {value:.2f}")
+    return "  ".join(parts)
+
+
+def write_temp_checkpoint(state: dict) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="ckpt-"))
+    save_checkpoint(state, directory / CHECKPOINT_FILE)
+    return directory
+

@@ -1,0 +1,54 @@
+"""PNG plots for MLflow: learning curves, and the DBSA parse attention against the reference tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)  # CJK labels
+
+
+def learning_curves(history: list[dict[str, float]], path: str | Path) -> Path:
+    """train/dev loss and dev BLEU/chrF per epoch."""
+    epochs = [row["epoch"] for row in history]
+    figure, (losses, scores) = plt.subplots(1, 2, figsize=(10, 4))
+    for key in ("train_loss", "dev_loss"):
+        if any(key in row for row in history):
+            losses.plot(epochs, [row.get(key, np.nan) for row in history], marker="o", label=key)
+    for key in ("dev_bleu", "dev_chrf", "dev_bleu_tok", "dev_uas_enc", "dev_uas_dec"):
+        if any(key in row for row in history):
+            scale = 100.0 if key.startswith("dev_uas") else 1.0
+            scores.plot(epochs, [row.get(key, np.nan) * scale for row in history], marker="o", label=key + (" ×100" if scale > 1 else ""))
+    losses.set_xlabel("epoch"), losses.set_title("loss"), losses.legend()
+    scores.set_xlabel("epoch"), scores.set_title("dev scores"), scores.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return Path(path)
+
+
+def parse_attention(attention: list[np.ndarray], heads: list[list[int]], tokens: list[list[str]], path: str | Path,
+                    title: str = "encoder parse head") -> Path:
+    """One heat map per sentence: rows = dependents, columns = candidate heads; reference heads
+    are marked with a box."""
+    count = len(attention)
+    figure, axes = plt.subplots(1, count, figsize=(4.5 * count, 4.5), squeeze=False)
+    for axis, matrix, gold, words in zip(axes[0], attention, heads, tokens):
+        axis.imshow(matrix, cmap="Blues", vmin=0.0, vmax=1.0)
+        for row, head in enumerate(gold):
+            if head >= 0:
+                axis.add_patch(plt.Rectangle((head - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
+        axis.set_xticks(range(len(words)), words, rotation=90, fontsize=7)
+        axis.set_yticks(range(len(words)), words, fontsize=7)
+        axis.set_xlabel("head")
+    figure.suptitle(f"{title}: attention (blue) vs reference heads (red boxes)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return Path(path)

@@ -1,0 +1,144 @@
+"""MLflow tracking (DESIGN.md §7) through explicit run ids (``MlflowClient``), no global state.
+
+The process that launches a training run (the ``platform.train`` driver, or a Tune trial)
+opens the run, logs params and the resolved config, and closes it as FINISHED or FAILED (with
+the error as a tag) — so a run is never left RUNNING.  During training only rank 0 writes to
+it: per-epoch metrics, hypotheses, plots and the best checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from platform import config as config_io
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_tracking_uri(flag: str | None = None) -> str:
+    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd."""
+    if flag:
+        return flag
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if commit.returncode:
+        return "unknown"
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def dataset_sha256(meta: dict[str, Any]) -> str:
+    """One hash of a prepared dataset: its inputs' hashes and its prepare settings."""
+    payload = json.dumps({"inputs": sorted(meta.get("inputs_sha256", {}).values()), "config": meta.get("config")},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def run_params(train_config, extra: dict[str, Any]) -> dict[str, str]:
+    """Flat params: model fields under their paper names (p_enc, k_clip, ...), other sections dotted."""
+    params: dict[str, Any] = {}
+    for key, value in config_io.flat_dict(train_config).items():
+        if key.startswith("model."):
+            key = key[len("model."):]
+            if key == "name":
+                continue
+        params[key] = value
+    params.update(extra)
+    return {key: str(value)[:6000] for key, value in params.items()}
+
+
+def experiment_id(tracking_uri: str, name: str) -> str:
+    mlflow_client = client(tracking_uri)
+    experiment = mlflow_client.get_experiment_by_name(name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            mlflow_client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+    try:
+        return mlflow_client.create_experiment(name)
+    except Exception:  # created meanwhile by a concurrent trial
+        return mlflow_client.get_experiment_by_name(name).experiment_id
+
+
+def start_run(tracking_uri: str, experiment: str, run_name: str, params: dict[str, str], tags: dict[str, str],
+              config_yaml: str, parent_run_id: str | None = None) -> str:
+    """Create a run with its params, tags and ``config.yaml``; returns the run id."""
+    from mlflow.entities import Param, RunTag
+
+    mlflow_client = client(tracking_uri)
+    all_tags = dict(tags)
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = mlflow_client.create_run(experiment_id(tracking_uri, experiment), run_name=run_name, tags=all_tags)
+    run_id = run.info.run_id
+    items = [Param(key, value) for key, value in params.items()]
+    for start in range(0, len(items), 100):
+        mlflow_client.log_batch(run_id, params=items[start:start + 100])
+    mlflow_client.log_batch(run_id, tags=[RunTag("mlflow.note.content", f"resolved config:\n```\n{config_yaml}```")])
+    log_text(tracking_uri, run_id, config_yaml, "config.yaml")
+    return run_id
+
+
+def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None) -> None:
+    mlflow_client = client(tracking_uri)
+    if error is not None:
+        message = str(error) if str(error) else type(error).__name__
+        mlflow_client.set_tag(run_id, "error", message[:5000])
+        mlflow_client.set_terminated(run_id, status="FAILED")
+    else:
+        mlflow_client.set_terminated(run_id, status="FINISHED")
+
+
+def log_text(tracking_uri: str, run_id: str, text: str, artifact_file: str) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / Path(artifact_file).name
+        path.write_text(text, encoding="utf-8")
+        parent = str(Path(artifact_file).parent)
+        client(tracking_uri).log_artifact(run_id, str(path), None if parent == "." else parent)
+
+
+class RunLogger:
+    """What rank 0 writes to an open run."""
+
+    def __init__(self, tracking_uri: str, run_id: str):
+        self.tracking_uri, self.run_id = tracking_uri, run_id
+        self.client = client(tracking_uri)
+        self.client.update_run(run_id, status="RUNNING")  # also after a restart from a checkpoint
+
+    def metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+        import time
+
+        now = int(time.time() * 1000)
+        items = [Metric(key, float(value), now, step) for key, value in metrics.items()]
+        self.client.log_batch(self.run_id, metrics=items)
+
+    def tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value)
+
+    def artifact(self, path: str | Path, directory: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), directory)
+
+    def text(self, text: str, artifact_file: str) -> None:
+        log_text(self.tracking_uri, self.run_id, text, artifact_file)
