@@ -118,15 +118,27 @@ class ParquetExamples:
                      tgt_text=[self.texts["tgt_text"][i] for i in indices], **padded)
 
     def _tree_parents(self, indices: np.ndarray, longest: int) -> torch.Tensor:
-        out = np.full((len(indices), max(2 * longest - 1, 1)), -1, dtype=np.int64)
-        for b, index in enumerate(indices):
-            parent = self.row("src_tree_parent", index).astype(np.int64)
-            n = (len(parent) + 1) // 2
-            shift = longest - n  # phrase node k (k >= n) moves to k + shift
-            parent = np.where(parent >= n, parent + shift, parent)
-            out[b, :n] = parent[:n]
-            out[b, longest : longest + n - 1] = parent[n:]
-        return torch.from_numpy(out)
+        return pad_tree_parents([self.row("src_tree_parent", index) for index in indices], longest)
+
+
+def pad_tree_parents(parents: Sequence[np.ndarray], longest: int) -> torch.Tensor:
+    """Per-sentence parent arrays (phrase nodes from n) → [B, 2S-1] with phrase nodes from S."""
+    out = np.full((len(parents), max(2 * longest - 1, 1)), -1, dtype=np.int64)
+    for b, parent in enumerate(parents):
+        parent = np.asarray(parent, dtype=np.int64)
+        n = (len(parent) + 1) // 2
+        parent = np.where(parent >= n, parent + longest - n, parent)  # phrase node k → k + (S - n)
+        out[b, :n] = parent[:n]
+        out[b, longest : longest + n - 1] = parent[n:]
+    return torch.from_numpy(out)
+
+
+def pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    """Lists of ints → a padded int64 matrix [B, longest]."""
+    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
+    for b, row in enumerate(rows):
+        out[b, : len(row)] = row
+    return torch.from_numpy(out)
 
 
 @dataclass(frozen=True, kw_only=True)

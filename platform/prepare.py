@@ -118,21 +118,8 @@ def encode_corpus(
             too_long += 1
             if filter_long:
                 continue
-        src_heads = project_heads(src.heads, src_word, config.subword_head)
-        tgt_heads = project_heads(tgt.heads, tgt_word, config.subword_head)
-        row = {
-            "src_ids": src_ids,
-            "tgt_ids": tgt_ids,
-            "src_heads": src_heads,
-            "tgt_heads": tgt_heads,
-            "src_word": src_word,
-            "tgt_word": tgt_word,
-            "src_depth": depths(src_heads),
-            "tgt_depth": depths(tgt_heads),
-            "src_tree_parent": binary_tree(src.heads, src_word),
-            "src_text": src.text,
-            "tgt_text": tgt.text,
-        }
+        row = {**side_columns("src", src, src_ids, src_word, config.subword_head),
+               **side_columns("tgt", tgt, tgt_ids, tgt_word, config.subword_head)}
         for name, value in row.items():
             columns[name].append(value)
     stats = {
@@ -142,6 +129,16 @@ def encode_corpus(
         "roots_fixed": sum(s.roots_fixed for s in corpus.src) + sum(s.roots_fixed for s in corpus.tgt),
     }
     return pa.Table.from_pydict(columns, schema=ds.SCHEMA), stats
+
+
+def side_columns(side: str, sentence: Sentence, ids: list[int], word: list[int], subword_head: str) -> dict[str, Any]:
+    """The Parquet columns of one side of a pair (the binary tree for the source only)."""
+    heads = project_heads(sentence.heads, word, subword_head)
+    row = {f"{side}_ids": ids, f"{side}_heads": heads, f"{side}_word": word, f"{side}_depth": depths(heads),
+           f"{side}_text": sentence.text}
+    if side == "src":
+        row["src_tree_parent"] = binary_tree(sentence.heads, word)
+    return row
 
 
 def learn_models(train: Corpus, config: PrepareConfig) -> dict[str, bytes]:

@@ -1,0 +1,109 @@
+"""A trained model ready to use: loaded from an MLflow run or a checkpoint file, with the subword
+models and prepare settings it was trained with (all inside the checkpoint)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import torch
+
+from models.search import beam_search, greedy_search
+from platform import config as config_io
+from platform.batching import ParquetExamples, pad, pad_tree_parents
+from platform.conllu import Sentence
+from platform.errors import UserError
+from platform.prepare import PrepareConfig, encode_corpus, read_corpus, side_columns
+from platform.subwords import SubwordModel
+from platform.training import (
+    CHECKPOINT_FILE,
+    TrainConfig,
+    load_checkpoint,
+    model_from_checkpoint,
+    subword_models_from_checkpoint,
+)
+
+from models.inputs import Source
+
+NEEDS_TREES = {"deprel": "depth", "tree2seq": "tree", "hier_tree_gru": "tree"}
+
+
+def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
+    """Download the best checkpoint of an MLflow run."""
+    from platform import tracking
+
+    try:
+        path = tracking.client(tracking_uri).download_artifacts(run_id, f"best/{CHECKPOINT_FILE}", str(directory))
+    except Exception as error:  # unknown run, no artifact, unreachable server
+        raise UserError(f"cannot fetch the best checkpoint of run {run_id} from {tracking_uri}: {error}") from None
+    return Path(path)
+
+
+@dataclass
+class Trained:
+    model: torch.nn.Module
+    config: TrainConfig
+    prepare: PrepareConfig
+    src_model: SubwordModel
+    tgt_model: SubwordModel
+    src_lang: str
+    tgt_lang: str
+
+    @classmethod
+    def load(cls, *, run_id: str | None = None, checkpoint: str | Path | None = None, tracking_uri: str | None = None,
+             device: str = "cpu") -> "Trained":
+        if (run_id is None) == (checkpoint is None):
+            raise UserError("give exactly one of --run and --checkpoint")
+        if run_id is not None:
+            checkpoint = fetch_checkpoint(run_id, tracking_uri, tempfile.mkdtemp(prefix="nmt-ckpt-"))
+        if not Path(checkpoint).exists():
+            raise UserError(f"{checkpoint}: checkpoint not found")
+        try:
+            state = load_checkpoint(checkpoint, device)
+        except Exception as error:
+            raise UserError(f"{checkpoint}: not a checkpoint this code can load ({error})") from None
+        model, config = model_from_checkpoint(state, device)
+        subwords = subword_models_from_checkpoint(state)
+        meta = state["dataset_meta"]
+        prepare = config_io.from_dict(PrepareConfig, meta["config"])
+        return cls(model, config, prepare, subwords["src"], subwords["tgt"], meta["src_lang"], meta["tgt_lang"])
+
+    @property
+    def needs_trees(self) -> bool:
+        return self.config.model.name in NEEDS_TREES
+
+    def check_languages(self, src: str, tgt: str | None = None) -> None:
+        if src != self.src_lang or (tgt is not None and tgt != self.tgt_lang):
+            raise UserError(f"the model translates {self.src_lang}->{self.tgt_lang}, not {src}->{tgt or '?'}")
+
+    def encode_pairs(self, prefix: str, directory: str | Path) -> ParquetExamples:
+        """A CoNLL-U pair set encoded exactly like the training data (nothing filtered)."""
+        corpus = read_corpus(prefix, self.prepare)
+        table, _ = encode_corpus(corpus, (self.src_model, self.tgt_model), self.prepare, filter_long=False, progress=False)
+        path = Path(directory) / "test.parquet"
+        pq.write_table(table, path)
+        return ParquetExamples(path)
+
+    def source_batch(self, sentences: list[Sentence] | list[list[str]]) -> Source:
+        """Sentences with trees (CoNLL-U) or plain word lists → a padded Source."""
+        words = [s.words if isinstance(s, Sentence) else s for s in sentences]
+        encoded = self.src_model.encode_sentences(words)
+        ids = [e[0] for e in encoded]
+        lengths = torch.tensor([len(i) for i in ids])
+        if not all(isinstance(s, Sentence) for s in sentences):
+            return Source(ids=pad(ids, 0), lengths=lengths)
+        rows = [side_columns("src", s, i, w, self.prepare.subword_head) for s, (i, w) in zip(sentences, encoded)]
+        return Source(ids=pad(ids, 0), lengths=lengths, depth=pad([r["src_depth"] for r in rows], 0),
+                      tree_parent=pad_tree_parents([r["src_tree_parent"] for r in rows], int(lengths.max())))
+
+    @torch.no_grad()
+    def translate(self, src: Source, beam: int, alpha: float) -> list[str]:
+        """Tokenized translations (words separated by spaces)."""
+        options = dict(alpha=alpha, max_len_a=self.config.eval.max_len_a, max_len_b=self.config.eval.max_len_b)
+        if beam == 1:
+            hypotheses = greedy_search(self.model, src, **options)
+        else:
+            hypotheses = [hyps[0] for hyps in beam_search(self.model, src, beam=beam, **options)]
+        return [self.tgt_model.decode(h.tokens) for h in hypotheses]

@@ -1,0 +1,89 @@
+"""``python -m platform.translate``: translate stdin to stdout with a trained model.
+
+    python -m platform.translate --run RUN_ID < source.txt > hypotheses.txt
+    python -m platform.translate --checkpoint best.pt --conllu < source.conllu > hypotheses.txt
+
+Plain input is one sentence per line, words separated by spaces (segmented as the training
+data was).  Models that read source trees (deprel, tree2seq, hier_tree_gru) need CoNLL-U input
+(``--conllu``; make it with ``python -m platform.parse``).  Lines are translated in batches with
+beam search and written detokenized, one per input line, in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from platform.conllu import read_conllu
+from platform.errors import InputError, UserError, run_cli
+from platform.inference import Trained
+from platform.metrics import detokenizer
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m platform.translate", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
+    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
+    parser.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1 = greedy)")
+    parser.add_argument("--lenpen", type=float, default=0.6, help="length penalty α (default 0.6)")
+    parser.add_argument("--conllu", action="store_true", help="stdin is CoNLL-U (needed by tree models)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    parser.add_argument("--tokenized", action="store_true", help="write tokenized output (words separated by spaces)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    return parser
+
+
+def read_input(conllu: bool) -> list:
+    raw = sys.stdin.buffer.read()
+    if conllu:
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / "stdin.conllu"
+            path.write_bytes(raw)
+            try:
+                return read_conllu(path)
+            except InputError as error:
+                raise InputError("<stdin>", error.line, error.message) from None
+    sentences = []
+    for number, line in enumerate(io.BytesIO(raw), start=1):
+        try:
+            words = line.decode("utf-8").split()
+        except UnicodeDecodeError:
+            raise InputError("<stdin>", number, "invalid UTF-8") from None
+        if not words:
+            raise InputError("<stdin>", number, "empty line (one sentence per line)")
+        sentences.append(words)
+    return sentences
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from platform import tracking
+
+    args = build_parser().parse_args(argv)
+    trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint,
+                           tracking_uri=tracking.resolve_tracking_uri(args.tracking_uri), device=args.device)
+    if trained.needs_trees and not args.conllu:
+        raise UserError(f"{trained.config.model.name} reads source trees: give CoNLL-U on stdin with --conllu "
+                        "(python -m platform.parse makes it from raw text)")
+    sentences = read_input(args.conllu)
+    detok = (lambda text: text) if args.tokenized else detokenizer(trained.tgt_lang)
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths per batch
+    outputs: dict[int, str] = {}
+    for start in range(0, len(order), args.batch_size):
+        chunk = order[start:start + args.batch_size]
+        src = trained.source_batch([sentences[i] for i in chunk])
+        for index, text in zip(chunk, trained.translate(src.to(args.device) if hasattr(src, "to") else src,
+                                                        args.beam, args.lenpen)):
+            outputs[index] = detok(text)
+    sys.stdout.write("".join(outputs[i] + "\n" for i in range(len(sentences))))
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
