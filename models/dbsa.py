@@ -29,7 +29,7 @@ class BiaffineParseHead(nn.Module):
     def __init__(self, d_model: int, head_dim: int):
         super().__init__()
         self.query = nn.Linear(d_model, head_dim)  # W^Q_parse, eq. 11
-        self.key = nn.Linear(d_model, head_dim)  # W^K_parse, eq. 12
+        self.key = nn.Linear(d_model, head_dim, bias=False)  # W^K_parse, eq. 12 (a bias would cancel in softmax)
         self.value = nn.Linear(d_model, head_dim)  # W^V_parse, eq. 13
         self.bilinear = nn.Parameter(torch.empty(head_dim, head_dim))  # U1, eq. 14
         self.key_bias = nn.Parameter(torch.zeros(head_dim))  # u: the head prior (replaces Q U2)

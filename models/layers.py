@@ -44,7 +44,7 @@ class MultiHeadAttention(nn.Module):
         self.num_plain = num_heads - (1 if parse_head is not None else 0)  # heads using W^Q/W^K/W^V
         inner = self.num_plain * self.head_dim
         self.query = nn.Linear(d_model, inner)
-        self.key = nn.Linear(d_model, inner)
+        self.key = nn.Linear(d_model, inner, bias=False)  # a key bias adds a per-query constant: softmax cancels it
         self.value = nn.Linear(d_model, inner)
         self.output = nn.Linear(d_model, d_model)  # W^O
         self.dropout = dropout

@@ -26,6 +26,25 @@ from platform.errors import ConfigError
 C = TypeVar("C")
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML with the float syntax of YAML 1.2, so ``lr: 5e-4`` is a number, not a string."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    __import__("re").compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""", __import__("re").X),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str):
+    return yaml.load(text, Loader=_Loader)
+
+
 def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
     """Build dataclass ``cls`` from ``data``; unknown keys and wrong types raise ConfigError."""
     if not isinstance(data, Mapping):
@@ -93,7 +112,7 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: cannot read config: {error}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -111,7 +130,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError(f"--set expects key=value, got {text!r}")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     return key.strip(), value

@@ -272,7 +272,7 @@ def train_step(model: nn.Module, optimizer, scheduler, batch: Batch, config: Tra
     global_counts = ctx.all_reduce(sums.counts())
     loss = combine(sums, global_counts, config.model, ctx.world_size)
     if not torch.isfinite(loss):
-        raise FloatingPointError(f"loss became {float(loss)}")
+        raise FloatingPointError(f"loss became {float(loss.detach())}")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip_norm or float("inf"))
@@ -397,9 +397,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
 
 
 def config_from_checkpoint(state: dict) -> TrainConfig:
-    import yaml
-
-    return load_train_config(yaml.safe_load(state["config"]))
+    return load_train_config(config_io.yaml_load(state["config"]))
 
 
 def subword_models_from_checkpoint(state: dict) -> dict[str, SubwordModel]:

@@ -97,3 +97,14 @@ def test_configs_are_frozen_and_keyword_only():
 def test_validation_in_post_init_becomes_a_config_error():
     with pytest.raises(ConfigError, match="max_len must be positive"):
         cfg.from_dict(PrepareConfig, {"src_lang": "ja", "tgt_lang": "en", "max_len": 0})
+
+
+def test_scientific_notation_is_a_number_in_files_and_overrides(tmp_path):
+    @dataclass(frozen=True, kw_only=True)
+    class Optim:
+        lr: float = 1.0
+
+    assert cfg.load(Optim, None, ["lr=5e-4"]).lr == 5e-4
+    path = tmp_path / "o.yaml"
+    path.write_text("lr: 3e-5\n")
+    assert cfg.load(Optim, path).lr == 3e-5

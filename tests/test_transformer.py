@@ -75,12 +75,12 @@ def test_models_table_and_paper_presets():
     assert (dbsa.p_enc, dbsa.p_dec) == (4, 4)
     paper = build_model(default_config("transformer"), 8000, 8000)
     # 6+6 layers, d 512, 8 heads, d_ff 2048, tied target embeddings, 8k+8k vocabularies
-    attention = 4 * (512 * 512 + 512)
+    attention = 4 * 512 * 512 + 3 * 512  # Q, K, V, O; no key bias (softmax cancels it)
     ffn = 512 * 2048 + 2048 + 2048 * 512 + 512
     encoder_layer = attention + ffn + 2 * 2 * 512
     decoder_layer = 2 * attention + ffn + 3 * 2 * 512
     expected = 2 * 8000 * 512 + 6 * encoder_layer + 6 * decoder_layer
-    assert sum(p.numel() for p in paper.parameters()) == expected == 52_330_496
+    assert sum(p.numel() for p in paper.parameters()) == expected == 52_321_280
     out = paper.eval()(*_one_example())
     assert isinstance(out, ModelOutput) and out.logits.shape == (1, 3, 8000)
 
