@@ -13,6 +13,7 @@ from the last checkpoint (``--max-failures``).  Run from the repository root.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from platform import config as config_io
 from platform import dataset as ds
 from platform import tracking
 from platform.errors import UserError, run_cli
-from platform.training import CHECKPOINT_FILE, TrainConfig, load_train_config, model_defaults
+from platform.training import CHECKPOINT_FILE, RUN_PRESETS, TrainConfig, load_train_config, model_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_DIR = Path("data") / "demo"
@@ -55,9 +56,7 @@ def resolve_config(model: str, size: str, config_file: str | None, overrides: Se
                    max_epochs: int | None = None) -> TrainConfig:
     """Preset and size defaults, then the YAML file, then ``--set``; validated strictly."""
     data: dict[str, Any] = {"model": model_defaults(model, size)}
-    if size == "smoke":
-        data.update(max_epochs=2, max_steps_per_epoch=8, eval={"max_sentences": 40},
-                    optim={"warmup_steps": 10}, batching={"max_tokens": 1024})
+    _merge(data, copy.deepcopy(RUN_PRESETS[size]))
     if config_file:
         _merge(data, config_io.read_yaml_mapping(config_file))
     for override in overrides:
@@ -115,11 +114,13 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     """Ray Train entry point on every worker: build the context and hooks, then ``fit``."""
     import ray.train
     import ray.train.torch
+    import torch
 
     from platform.fit import Dataset, fit
     from platform.training import Context
 
     config = load_train_config(loop["config"])
+    torch.set_num_threads(max(1, min(int(loop["cpus_per_worker"]), os.cpu_count() or 1)))  # Ray pins 1 thread otherwise
     ctx = Context.from_torch_distributed(ray.train.torch.get_device())
     dataset = Dataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, loop["dataset_dir"])
@@ -250,7 +251,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str):
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"config": config_io.to_dict(config), "dataset_dir": str(job.dataset_dir),
-                           "tracking_uri": job.tracking_uri, "run_id": run_id},
+                           "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=job.run_name, storage_path=str(job.storage_path),
@@ -274,6 +275,14 @@ def _root_cause(error: BaseException) -> str:
 # ------------------------------------------------------------------------------ CLI
 
 
+def default_cpus_per_worker(workers: int) -> float:
+    """Share the cluster's CPUs (or this machine's cores) between the workers, at least one each."""
+    import ray
+
+    total = ray.cluster_resources().get("CPU", os.cpu_count() or 1) if ray.is_initialized() else (os.cpu_count() or 1)
+    return float(max(1, int(total) // workers))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from models import MODELS
 
@@ -288,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="model size defaults: cpu (small, the default) or paper (6+6 layers, d 512)")
     parser.add_argument("--workers", type=int, default=1, help="DDP workers (default 1)")
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per worker (0 = CPU with gloo)")
-    parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs Ray reserves per worker (default 1)")
+    parser.add_argument("--cpus-per-worker", type=float, default=0.0,
+                        help="CPUs per worker, also its torch threads (default: this machine's cores / workers)")
     parser.add_argument("--max-epochs", type=int, help="number of epochs (default 10; smoke 2)")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and a few steps, for a quick check")
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment name (default syntax-nmt)")
@@ -310,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(config_io.dump_yaml(config), end="")
         return 0
     job = Job(dataset_dir=resolve_data(args.data), workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-              cpus_per_worker=args.cpus_per_worker, experiment=args.experiment,
+              cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
               tracking_uri=tracking.resolve_tracking_uri(args.tracking_uri),
               run_name=args.name or f"{args.model}-{uuid.uuid4().hex[:8]}", storage_path=Path(args.storage_path).resolve(),
               max_failures=args.max_failures)

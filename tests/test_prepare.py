@@ -22,15 +22,6 @@ EXPECTED_COLUMNS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tanaka_dataset(tanaka, tmp_path_factory):
-    out = tmp_path_factory.mktemp("tanaka") / "ja-en"
-    result = run_module("platform.prepare", "--train", tanaka / "train", "--dev", tanaka / "dev",
-                        "--test", tanaka / "test", "--src", "ja", "--tgt", "en", "--out", out)
-    assert result.returncode == 0, result.stderr
-    return out
-
-
 def test_columns_and_meta(tanaka_dataset, tanaka):
     for split in ds.SPLITS:
         schema = pq.read_schema(tanaka_dataset / f"{split}.parquet")

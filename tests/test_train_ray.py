@@ -1,0 +1,96 @@
+"""platform.train on a real local Ray cluster with a real MLflow sqlite store."""
+
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+from mlflow.tracking import MlflowClient
+
+from conftest import ROOT, run_module
+from models import MODELS
+from platform import train
+
+pytestmark = pytest.mark.slow
+
+
+def runs_of(uri, experiment):
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client, (client.search_runs([found.experiment_id]) if found else [])
+
+
+def smoke_args(dataset, tmp_path, experiment, *extra):
+    return ["--data", str(dataset), "--smoke", "--experiment", experiment, "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+            "--storage-path", str(tmp_path / "runs"), "--max-failures", "0", *extra]
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_dataset, tmp_path, model):
+    assert train.main(["--model", model, *smoke_args(demo_dataset, tmp_path, "smoke")]) == 0
+    client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "smoke")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert "dev_bleu" in run.data.metrics and "dev_chrf" in run.data.metrics and "tokens_per_s" in run.data.metrics
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [1, 2]
+    assert run.data.params["model"] == model and run.data.params["workers"] == "1"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "best", "plots", "dev_hypotheses"} <= artifacts
+    if model == "dbsa":
+        assert "dev_uas_enc" in run.data.metrics and "dev_uas_dec" in run.data.metrics
+        assert "plots/parse_attention.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+
+
+def test_two_worker_ddp_run_logs_one_run_with_workers_2(ray_cluster, demo_dataset, tmp_path):
+    assert train.main(["--model", "dbsa", "--workers", "2", *smoke_args(demo_dataset, tmp_path, "ddp")]) == 0
+    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "ddp")
+    assert len(runs) == 1
+    assert runs[0].data.params["workers"] == "2" and runs[0].info.status == "FINISHED"
+
+
+def test_a_failing_run_ends_failed_with_the_error(ray_cluster, demo_dataset, tmp_path):
+    args = ["--model", "transformer", *smoke_args(demo_dataset, tmp_path, "failing"),
+            "--set", "optim.lr=1e30", "--set", "optim.clip_norm=0", "--set", "optim.warmup_steps=0"]
+    with pytest.raises(train.TrainingFailed, match="loss became"):
+        train.main(args)
+    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "failing")
+    assert len(runs) == 1 and runs[0].info.status == "FAILED"
+    assert "loss became" in runs[0].data.tags["error"]
+
+
+def test_train_cli_as_a_user_runs_it(demo_dataset, tmp_path):
+    """`python -m platform.train` from the repository root, starting its own Ray."""
+    result = run_module("platform.train", "--model", "transformer", *smoke_args(demo_dataset, tmp_path, "cli"), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "epoch 2/2  train_loss" in result.stdout + result.stderr
+    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "cli")
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    bad = run_module("platform.train", "--model", "transformer", "--set", "optim.learning_rate=1", "--data", str(demo_dataset))
+    assert bad.returncode == 2 and "unknown config key 'optim.learning_rate'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_cluster, tanaka_dataset, tanaka, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert train.main(["--model", "transformer", *smoke_args(tanaka_dataset, tmp_path, "tanaka"),
+                       "--set", "max_steps_per_epoch=30"]) == 0
+    _, runs = runs_of(uri, "tanaka")
+    run_id = runs[0].info.run_id
+    out = tmp_path / "tanaka-test"
+    result = run_module("platform.evaluate", "--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
+                        "--beam", "2", "--tracking-uri", uri, "--out", out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    hyps = (tmp_path / "tanaka-test.hyp").read_text().splitlines()
+    refs = (tmp_path / "tanaka-test.ref").read_text().splitlines()
+    assert len(hyps) == len(refs) == 500
+    cli = subprocess.run([sys.executable, "-m", "sacrebleu", str(tmp_path / "tanaka-test.ref"), "-i",
+                          str(tmp_path / "tanaka-test.hyp"), "-b", "-w", "4"], capture_output=True, text=True, cwd=ROOT)
+    client, runs = runs_of(uri, "tanaka")
+    logged = runs[0].data.metrics["test_bleu"]
+    assert float(cli.stdout.strip()) == pytest.approx(logged, abs=1e-3)
+    assert "test_chrf" in runs[0].data.metrics and "test_bleu_tok" in runs[0].data.metrics
+    translated = subprocess.run([sys.executable, "-m", "platform.translate", "--run", run_id, "--tracking-uri", uri,
+                                 "--beam", "2"], input="私 は 学生 です 。\n猫 が 好き 。\n", capture_output=True,
+                                text=True, cwd=ROOT)
+    assert translated.returncode == 0, translated.stderr[-2000:]
+    assert len(translated.stdout.splitlines()) == 2
