@@ -23,6 +23,11 @@ class Source:
     depth: Tensor | None = None  # [B, S] depth in the subword dependency tree (deprel)
     tree_parent: Tensor | None = None  # [B, 2S-1] binary tree parents, phrase nodes at S.. (tree encoders)
 
+    def to(self, device: torch.device | str) -> "Source":
+        move = lambda t: t.to(device) if t is not None else None  # noqa: E731
+        return Source(ids=move(self.ids), lengths=move(self.lengths), depth=move(self.depth),
+                      tree_parent=move(self.tree_parent))
+
     @property
     def valid(self) -> Tensor:
         """[B, S] bool: True on real tokens."""

@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+
 from platform.errors import run_cli
 from platform.inference import Trained
 from platform.metrics import detokenizer
@@ -56,22 +58,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = dataclasses.replace(trained.config, eval=dataclasses.replace(
             trained.config.eval, beam=args.beam, alpha=args.lenpen, max_sentences=None))
         result = evaluate(trained.model, examples, config, trained.tgt_model, trained.tgt_lang,
-                          Context(device=__import__("torch").device(args.device)), prefix="test")
+                          Context(device=torch.device(args.device)), prefix="test")
     out = Path(args.out or Path(args.test).name)
     files = write_outputs(out, result.hypotheses, examples.texts["tgt_text"], trained.tgt_lang)
     print(json.dumps({k: round(v, 4) for k, v in result.metrics.items()}, indent=1))
     print(f"signature: {result.signature}", file=sys.stderr)
     print("wrote " + ", ".join(str(f) for f in files), file=sys.stderr)
     if args.run:
-        logger = tracking.client(tracking_uri)
-        from mlflow.entities import Metric
-        import time
-
-        now = int(time.time() * 1000)
-        logger.log_batch(args.run, metrics=[Metric(k, float(v), now, 0) for k, v in result.metrics.items()])
-        logger.set_tag(args.run, "test_sacrebleu_signature", result.signature)
+        logger = tracking.RunLogger(tracking_uri, args.run, reopen=False)
+        logger.metrics(result.metrics, step=0)
+        logger.tag("test_sacrebleu_signature", result.signature)
         for path in files:
-            logger.log_artifact(args.run, str(path), f"test/{Path(args.test).name}")
+            logger.artifact(path, f"test/{Path(args.test).name}")
     return 0
 
 

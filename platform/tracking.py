@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +122,14 @@ def log_text(tracking_uri: str, run_id: str, text: str, artifact_file: str) -> N
 class RunLogger:
     """What rank 0 writes to an open run."""
 
-    def __init__(self, tracking_uri: str, run_id: str):
+    def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True):
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self.client = client(tracking_uri)
-        self.client.update_run(run_id, status="RUNNING")  # also after a restart from a checkpoint
+        if reopen:  # training (also after a restart from a checkpoint): the run is live again
+            self.client.update_run(run_id, status="RUNNING")
 
     def metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
-        import time
 
         now = int(time.time() * 1000)
         items = [Metric(key, float(value), now, step) for key, value in metrics.items()]

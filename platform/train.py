@@ -160,7 +160,10 @@ class RayHooks:
     def wrap(self, model):
         import ray.train.torch
 
-        unused = not hasattr(model, "encoder_layers")  # recurrent/tree models may skip a module in a batch
+        from models.rnn import RecurrentTranslator
+
+        # tree encoders may leave a module unused in a batch (e.g. only one-word sentences)
+        unused = isinstance(model, RecurrentTranslator)
         return ray.train.torch.prepare_model(model, move_to_device=False, parallel_strategy="ddp",
                                              parallel_strategy_kwargs={"find_unused_parameters": unused})
 

@@ -78,8 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for start in range(0, len(order), args.batch_size):
         chunk = order[start:start + args.batch_size]
         src = trained.source_batch([sentences[i] for i in chunk])
-        for index, text in zip(chunk, trained.translate(src.to(args.device) if hasattr(src, "to") else src,
-                                                        args.beam, args.lenpen)):
+        for index, text in zip(chunk, trained.translate(src.to(args.device), args.beam, args.lenpen)):
             outputs[index] = detok(text)
     sys.stdout.write("".join(outputs[i] + "\n" for i in range(len(sentences))))
     return 0
