@@ -202,6 +202,11 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             except ConfigError:
                 continue
         raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        key_type, value_type = get_args(tp) or (Any, Any)
+        return {_convert(key_type, k, where): _convert(value_type, v, f"{where}.{k}") for k, v in value.items()}
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")

@@ -52,3 +52,38 @@ def parse_attention(attention: list[np.ndarray], heads: list[list[int]], tokens:
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return Path(path)
+
+
+def sweep_plots(rows: list[dict], histories: dict[str, list[float]], knobs: list[str], metric: str,
+                directory: str | Path, top: int = 5) -> list[Path]:
+    """``metric`` against each knob (one panel per knob) and learning curves of the top trials."""
+    directory = Path(directory)
+    scored = [row for row in rows if metric in row]
+    paths = []
+    if scored and knobs:
+        figure, axes = plt.subplots(1, len(knobs), figsize=(3.2 * len(knobs), 3), squeeze=False)
+        for axis, knob in zip(axes[0], knobs):
+            points = [(row.get(knob), row[metric]) for row in scored if row.get(knob) is not None]
+            labels = sorted({str(x) for x, _ in points})
+            numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x, _ in points)
+            xs = [x if numeric else labels.index(str(x)) for x, _ in points]
+            axis.scatter(xs, [y for _, y in points])
+            if not numeric:
+                axis.set_xticks(range(len(labels)), labels, rotation=45)
+            axis.set_xlabel(knob), axis.set_ylabel(metric)
+        figure.tight_layout()
+        paths.append(directory / f"{metric}_by_knob.png")
+        figure.savefig(paths[-1], dpi=100)
+        plt.close(figure)
+    best = [str(row["trial"]) for row in scored[:top]]
+    if any(trial in histories for trial in best):
+        figure, axis = plt.subplots(figsize=(6, 4))
+        for trial in best:
+            if trial in histories:
+                axis.plot(range(1, len(histories[trial]) + 1), histories[trial], marker="o", label=trial)
+        axis.set_xlabel("epoch"), axis.set_ylabel("dev_bleu"), axis.legend(fontsize=7)
+        figure.tight_layout()
+        paths.append(directory / "top_trials_dev_bleu.png")
+        figure.savefig(paths[-1], dpi=100)
+        plt.close(figure)
+    return paths

@@ -32,9 +32,91 @@ def resolve_tracking_uri(flag: str | None = None) -> str:
 
 
 def client(tracking_uri: str):
+    """An MLflow client for ``tracking_uri``: direct, or through the relay actor if one runs."""
+    relay = _find_relay(tracking_uri)
+    if relay is not None:
+        return RelayClient(relay)
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri)
+
+
+# ------------------------------------------------------------------------------ the relay
+# A store only the driver's machine can reach — an sqlite file, or a server bound to
+# 127.0.0.1 as on the ray_cluster.yaml head — is written through one Ray actor pinned to the
+# driver's node.  Workers on other nodes (rank 0 of a trial, trial drivers) send it their calls;
+# one actor also serialises the writes that sqlite would otherwise refuse under contention.
+
+
+def needs_relay(tracking_uri: str) -> bool:
+    uri = tracking_uri.lower()
+    return (uri.startswith(("sqlite:", "file:")) or "://" not in uri
+            or any(host in uri for host in ("://127.0.0.1", "://localhost", "://[::1]")))
+
+
+def relay_name(tracking_uri: str) -> str:
+    return "nmt-mlflow-relay-" + hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
+
+
+def start_relay(tracking_uri: str):
+    """Start (or find) the relay for ``tracking_uri`` on this node; needs Ray to be initialized."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not needs_relay(tracking_uri):
+        return None
+    here = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(num_cpus=0)(MlflowRelay).options(
+        name=relay_name(tracking_uri), get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False))
+    return actor.remote(tracking_uri)
+
+
+def _find_relay(tracking_uri: str):
+    try:
+        import ray
+
+        if not ray.is_initialized() or not needs_relay(tracking_uri):
+            return None
+        return ray.get_actor(relay_name(tracking_uri))
+    except (ImportError, ValueError):  # no Ray, or no relay started for this store
+        return None
+
+
+class MlflowRelay:
+    """The actor: an MlflowClient on the driver's node."""
+
+    def __init__(self, tracking_uri: str):
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+
+    def call(self, method: str, *args, **kwargs):
+        return getattr(self.client, method)(*args, **kwargs)
+
+    def log_artifact_bytes(self, run_id: str, name: str, data: bytes, directory: str | None) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            path = Path(scratch) / name
+            path.write_bytes(data)
+            self.client.log_artifact(run_id, str(path), directory)
+
+
+class RelayClient:
+    """MlflowClient's methods, executed by the relay; artifact files travel as bytes."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
+        import ray
+
+        data = Path(local_path).read_bytes()
+        ray.get(self.actor.log_artifact_bytes.remote(run_id, Path(local_path).name, data, artifact_path))
+
+    def __getattr__(self, method: str):
+        import ray
+
+        return lambda *args, **kwargs: ray.get(self.actor.call.remote(method, *args, **kwargs))
 
 
 def git_commit() -> str:
@@ -99,6 +181,17 @@ def start_run(tracking_uri: str, experiment: str, run_name: str, params: dict[st
     mlflow_client.log_batch(run_id, tags=[RunTag("mlflow.note.content", f"resolved config:\n```\n{config_yaml}```")])
     log_text(tracking_uri, run_id, config_yaml, "config.yaml")
     return run_id
+
+
+def find_run(tracking_uri: str, experiment: str, tags: dict[str, str]) -> str | None:
+    """The id of a run of ``experiment`` carrying all ``tags`` (None if there is none)."""
+    mlflow_client = client(tracking_uri)
+    found = mlflow_client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    query = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
+    runs = mlflow_client.search_runs([found.experiment_id], filter_string=query, max_results=1)
+    return runs[0].info.run_id if runs else None
 
 
 def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None) -> None:

@@ -48,7 +48,7 @@ class Job:
     experiment: str
     tracking_uri: str
     run_name: str
-    storage_path: Path
+    storage_path: str  # a directory, or shared storage such as s3://bucket/prefix
     max_failures: int
 
 
@@ -141,6 +141,13 @@ class RayHooks:
     def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str):
         self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
         self.logger = tracking.RunLogger(tracking_uri, run_id) if rank == 0 else None
+        if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
+            import platform as _platform
+
+            import ray
+
+            self.logger.tag("node_id", ray.get_runtime_context().get_node_id())
+            self.logger.tag("hostname", _platform.node())
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
 
@@ -159,6 +166,9 @@ class RayHooks:
 
     def wrap(self, model):
         import ray.train.torch
+
+        if self.logger is not None:
+            self.logger.metrics({"num_parameters": float(sum(p.numel() for p in model.parameters()))}, step=0)
 
         from models.rnn import RecurrentTranslator
 
@@ -208,6 +218,11 @@ class RayHooks:
 # ------------------------------------------------------------------------------ the driver
 
 
+def storage_uri(path: str) -> str:
+    """Local directories become absolute paths; URIs (s3://, gs://, ...) stay as they are."""
+    return path if "://" in path else str(Path(path).resolve())
+
+
 def start_ray(address: str | None = None) -> None:
     import ray
 
@@ -220,20 +235,26 @@ def start_ray(address: str | None = None) -> None:
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
-        ray_address: str | None = None) -> str:
+        ray_address: str | None = None, callbacks: list | None = None, reuse_tag: str | None = None) -> str:
     """Open the MLflow run, train with Ray Train, close the run; returns the run id.
 
+    With ``reuse_tag`` (a key of ``tags``, e.g. ``trial_id``) a run that already carries that
+    tag is reopened instead of creating a duplicate (a retried trial resumes its own run).
     Raises ``TrainingFailed`` (after marking the run FAILED) if the workers failed for good."""
     meta = ds.read_meta(job.dataset_dir)
     config_yaml = config_io.dump_yaml(config)
     extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
              "git_commit": tracking.git_commit(), "dataset_sha256": tracking.dataset_sha256(meta),
              "data": str(job.dataset_dir)}
-    run_id = tracking.start_run(job.tracking_uri, job.experiment, job.run_name, tracking.run_params(config, extra),
-                                {"model": config.model.name, **(tags or {})}, config_yaml, parent_run_id)
+    tags = {"model": config.model.name, **(tags or {})}
+    start_ray(ray_address)
+    tracking.start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
+    run_id = tracking.find_run(job.tracking_uri, job.experiment, {reuse_tag: tags[reuse_tag]}) if reuse_tag else None
+    if run_id is None:
+        run_id = tracking.start_run(job.tracking_uri, job.experiment, job.run_name, tracking.run_params(config, extra),
+                                    tags, config_yaml, parent_run_id)
     try:
-        start_ray(ray_address)
-        _fit_with_ray(config, job, run_id)
+        _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:
         tracking.end_run(job.tracking_uri, run_id, error=error)
         raise
@@ -245,7 +266,7 @@ class TrainingFailed(UserError):
     pass
 
 
-def _fit_with_ray(config: TrainConfig, job: Job, run_id: str):
+def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
     import ray.train
     from ray.train.torch import TorchTrainer
 
@@ -261,7 +282,8 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str):
             failure_config=ray.train.FailureConfig(max_failures=job.max_failures),
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="dev_bleu",
                                                          checkpoint_score_order="max"),
-            logging_config=ray.train.LoggingConfig(log_level="ERROR")),  # our own progress lines only
+            logging_config=ray.train.LoggingConfig(log_level="ERROR"),  # our own progress lines only
+            callbacks=callbacks),
     )
     try:
         return trainer.fit()
@@ -325,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = Job(dataset_dir=resolve_data(args.data), workers=args.workers, gpus_per_worker=args.gpus_per_worker,
               cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
               tracking_uri=tracking.resolve_tracking_uri(args.tracking_uri),
-              run_name=args.name or f"{args.model}-{uuid.uuid4().hex[:8]}", storage_path=Path(args.storage_path).resolve(),
+              run_name=args.name or f"{args.model}-{uuid.uuid4().hex[:8]}", storage_path=storage_uri(args.storage_path),
               max_failures=args.max_failures)
     run_id = run(config, job, ray_address=args.address)
     print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")

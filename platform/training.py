@@ -88,6 +88,10 @@ CPU_SIZE = {
     "transformer": dict(num_encoder_layers=3, num_decoder_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.1),
     "rnn": dict(d_embed=256, d_hidden=256, dropout=0.2),
 }
+SWEEP_SIZE = {  # the default of platform.tune on a CPU: many short trials
+    "transformer": dict(num_encoder_layers=2, num_decoder_layers=2, d_model=128, num_heads=4, d_ff=512, dropout=0.1),
+    "rnn": dict(d_embed=128, d_hidden=128, dropout=0.2),
+}
 SMOKE_SIZE = {
     "transformer": dict(num_encoder_layers=2, num_decoder_layers=2, d_model=32, num_heads=4, d_ff=64, dropout=0.1),
     "rnn": dict(d_embed=32, d_hidden=32, dropout=0.1),
@@ -98,6 +102,8 @@ LAYER_PRESETS = {"dbsa": dict(p_enc=2, p_dec=2)}  # CPU/smoke models have fewer 
 RUN_PRESETS = {
     "cpu": {"batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 200}},
     "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},
+    "sweep": {"max_epochs": 4, "max_steps_per_epoch": 100, "eval": {"max_sentences": 200},
+              "batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 100}},
     "smoke": {"max_epochs": 2, "max_steps_per_epoch": 8, "eval": {"max_sentences": 40},
               "optim": {"warmup_steps": 10}, "batching": {"max_tokens": 1024}},
 }
@@ -110,7 +116,7 @@ def model_defaults(name: str, size: str) -> dict[str, Any]:
     if size == "paper":
         return dict(MODELS[name].preset)
     family = "rnn" if MODELS[name].config_class is RNNConfig else "transformer"
-    table = SMOKE_SIZE if size == "smoke" else CPU_SIZE
+    table = {"smoke": SMOKE_SIZE, "sweep": SWEEP_SIZE}.get(size, CPU_SIZE)
     return {**MODELS[name].preset, **table[family], **LAYER_PRESETS.get(name, {})}
 
 

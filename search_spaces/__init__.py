@@ -1,4 +1,16 @@
 """Declarative search spaces for ``python -m platform.tune --space NAME`` (DESIGN.md §6).
 
-One file per space arrives with the sweep issue.
+One YAML file per space; ``SPACES`` names them explicitly (no directory scanning).  The format
+and its strict validation live in ``platform/spaces.py``.
 """
+
+from pathlib import Path
+
+DIRECTORY = Path(__file__).resolve().parent
+SPACES = {
+    "dbsa": DIRECTORY / "dbsa.yaml",
+    "deprel": DIRECTORY / "deprel.yaml",
+    "gumbel": DIRECTORY / "gumbel.yaml",
+    "hier": DIRECTORY / "hier.yaml",
+    "baseline": DIRECTORY / "baseline.yaml",
+}

@@ -38,8 +38,13 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
 
     config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     validate_config(prepare_config(config))  # raises on an unknown or malformed field
-    assert any("mlflow server" in command for command in config["head_start_ray_commands"])
+    commands = " ".join(config["head_start_ray_commands"])
+    assert "mlflow server" in commands and "--host 127.0.0.1" in commands and "--dashboard-host=127.0.0.1" in commands
+    assert "0.0.0.0" not in (ROOT / "ray_cluster.yaml").read_text()  # nothing listens on all interfaces
+    assert "--backend-store-uri sqlite:///" in commands and "--artifacts-destination s3://" in commands
     assert config["file_mounts"] == {"~/syntax-nmt": "."}
+    node_types = config["available_node_types"]
+    assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g") and node_types["gpu_worker"]["min_workers"] == 0
 
 
 def test_model_benchmark_runs_with_torch_and_models_only():

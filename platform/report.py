@@ -1,0 +1,161 @@
+"""``python -m platform.report --experiment NAME --out DIR``: compare every run of an experiment.
+
+Writes ``report.md`` and ``report.csv`` (one row per training run: model, sweep, the papers'
+knobs, best dev BLEU/chrF/UAS, test scores where ``platform.evaluate --run`` logged them,
+parameters, tokens/s) and PNG plots: dev BLEU against each knob, dev BLEU curves of the top
+runs, and a parallel-coordinates view of knobs and BLEU.  Where both the best run and the best
+``transformer`` baseline have test hypotheses of the same test set, a paired bootstrap test
+(sacrebleu, 1000 resamples) says whether the difference is significant.  Everything is also
+logged to the experiment's latest sweep parent run (if there is one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from platform import tracking
+from platform.errors import UserError, run_cli
+from platform.tune import format_table, to_csv
+
+KNOBS = ["p_enc", "p_dec", "lambda_enc", "lambda_dec", "use_rel", "k_clip", "use_dep", "l_clip", "dep_keys", "dep_values",
+         "gate", "top_down", "bidirectional", "gumbel_tau", "optim.lr", "optim.warmup_steps", "dropout", "d_model"]
+BEST = ["dev_bleu", "dev_chrf", "dev_uas_enc", "dev_uas_dec"]
+LATEST = ["test_bleu", "test_chrf", "test_bleu_tok", "test_uas_enc", "test_uas_dec", "tokens_per_s", "num_parameters"]
+
+
+def collect(client, experiment_id: str) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
+    rows, curves = [], {}
+    for run in client.search_runs([experiment_id], max_results=5000):
+        params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
+        if "model" not in params or "sweep_parent" in tags:
+            continue  # sweep parents and foreign runs are not training runs
+        history = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "dev_bleu"), key=lambda m: m.step)]
+        row: dict[str, Any] = {"run": run.info.run_name, "run_id": run.info.run_id, "model": params["model"],
+                               "sweep": tags.get("sweep", ""), "status": run.info.status.lower()}
+        row.update({knob: params[knob] for knob in KNOBS if knob in params})
+        for key in BEST:
+            values = [m.value for m in client.get_metric_history(run.info.run_id, key)]
+            if values:
+                row[key] = max(values)
+        row.update({key: metrics[key] for key in LATEST if key in metrics})
+        rows.append(row)
+        curves[row["run_id"]] = history
+    rows.sort(key=lambda r: -r.get("dev_bleu", -1.0))
+    return rows, curves
+
+
+def parallel_coordinates(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    numeric = [k for k in KNOBS if any(_number(r.get(k)) is not None for r in rows)]
+    scored = [r for r in rows if "dev_bleu" in r]
+    if not numeric or len(scored) < 2:
+        return None
+    frame = pd.DataFrame([{**{k: _number(r.get(k)) for k in numeric}, "dev_bleu": r["dev_bleu"]} for r in scored])
+    frame = frame.dropna(axis=1, how="all").fillna(frame.mean(numeric_only=True))
+    scaled = (frame - frame.min()) / (frame.max() - frame.min()).replace(0, 1)
+    figure, axis = plt.subplots(figsize=(1.3 * len(scaled.columns) + 2, 4))
+    colors = plt.cm.viridis(scaled["dev_bleu"].to_numpy())
+    for (_, values), color in zip(scaled.iterrows(), colors):
+        axis.plot(range(len(scaled.columns)), values.to_numpy(), color=color, alpha=0.8)
+    axis.set_xticks(range(len(scaled.columns)), scaled.columns, rotation=30)
+    axis.set_ylabel("scaled to [0, 1]"), axis.set_title("knobs and dev_bleu (colour = dev_bleu)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def _number(value: Any) -> float | None:
+    if value in ("True", "False"):
+        return float(value == "True")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def bootstrap(client, rows: list[dict[str, Any]], directory: Path) -> str:
+    """Paired bootstrap between the best run and the best transformer baseline on a shared test set."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    best = next((r for r in rows if "test_bleu" in r), None)
+    baseline = next((r for r in rows if r["model"] == "transformer" and "test_bleu" in r), None)
+    if best is None or baseline is None or best is baseline:
+        return "paired bootstrap: needs test hypotheses (platform.evaluate --run) of the best run and of a transformer baseline"
+    files = {}
+    for label, row in (("baseline", baseline), ("best", best)):
+        tests = [a.path for a in client.list_artifacts(row["run_id"], "test")]
+        if not tests:
+            return f"paired bootstrap: run {row['run']} has no test hypotheses"
+        local = Path(client.download_artifacts(row["run_id"], tests[0], str(directory / label)))
+        files[label] = {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
+    if files["best"]["ref"] != files["baseline"]["ref"]:
+        return "paired bootstrap: the two runs were evaluated on different test sets"
+    test = PairedTest([("baseline", files["baseline"]["hyp"]), ("best", files["best"]["hyp"])],
+                      metrics={"BLEU": BLEU()}, references=[files["best"]["ref"]], test_type="bs", n_samples=1000)
+    _, scores = test()
+    base_score, best_score = scores["BLEU"]
+    return (f"paired bootstrap (sacrebleu, 1000 resamples): baseline {baseline['run']} BLEU {base_score.score:.2f} "
+            f"vs best {best['run']} BLEU {best_score.score:.2f} ± {best_score.ci:.2f}, p = {best_score.p_value:.4f}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from platform import plots
+
+    parser = argparse.ArgumentParser(prog="python -m platform.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiment", required=True, help="MLflow experiment name")
+    parser.add_argument("--out", required=True, metavar="DIR", help="where to write report.md, report.csv and plots")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    args = parser.parse_args(argv)
+    uri = tracking.resolve_tracking_uri(args.tracking_uri)
+    client = tracking.client(uri)
+    experiment = client.get_experiment_by_name(args.experiment)
+    if experiment is None:
+        raise UserError(f"no experiment {args.experiment!r} in {uri}")
+    rows, curves = collect(client, experiment.experiment_id)
+    if not rows:
+        raise UserError(f"experiment {args.experiment!r} has no training runs")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    knobs = [k for k in KNOBS if any(k in r for r in rows)]
+    histories = {r["run_id"]: curves[r["run_id"]] for r in rows}
+    table_rows = [{**r, "trial": r["run_id"]} for r in rows]
+    images = plots.sweep_plots(table_rows, histories, knobs, "dev_bleu", out)
+    coordinates = parallel_coordinates(rows, out / "parallel_coordinates.png")
+    images += [coordinates] if coordinates else []
+    with tempfile.TemporaryDirectory() as scratch:
+        significance = bootstrap(client, rows, Path(scratch))
+    text = (f"# Experiment {args.experiment}\n\n{len(rows)} training runs, best first.\n\n{format_table(rows)}\n\n"
+            f"{significance}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
+    (out / "report.md").write_text(text, encoding="utf-8")
+    (out / "report.csv").write_text(to_csv(rows), encoding="utf-8")
+    parent = _latest_sweep_parent(client, experiment.experiment_id)
+    if parent is not None:
+        logger = tracking.RunLogger(uri, parent, reopen=False)
+        for path in [out / "report.md", out / "report.csv", *images]:
+            logger.artifact(path, "report")
+    print(text)
+    print(f"wrote {out / 'report.md'}, {out / 'report.csv'} and {len(images)} plots"
+          + (f"; logged to sweep run {parent}" if parent else ""), file=sys.stderr)
+    return 0
+
+
+def _latest_sweep_parent(client, experiment_id: str) -> str | None:
+    runs = client.search_runs([experiment_id], filter_string="tags.sweep_parent != ''", order_by=["attributes.start_time DESC"],
+                              max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+if __name__ == "__main__":
+    run_cli(main)

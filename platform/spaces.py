@@ -1,0 +1,161 @@
+"""Search spaces: strict loading of ``search_spaces/<name>.yaml`` and their use with Optuna.
+
+A space file has ``model``, ``metric``, ``mode``, ``params`` (dotted config keys → distribution),
+optional ``fixed`` (config values for every trial) and ``first_points`` (evaluated first, e.g.
+the paper's setting).  A distribution is one of
+
+    {type: int,   low: 1, high: 8, log: false}      # high may be encoder_layers / decoder_layers
+    {type: float, low: 1e-4, high: 1e-2, log: true}
+    {type: categorical, choices: [a, b]}
+
+with an optional ``when: {other.key: value}`` that samples the knob only when the condition
+holds (Optuna's define-by-run).  In ``first_points`` a layer index may be a fraction of the
+layer count (``4/6``: the paper's layer 4 of 6, scaled to the model).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from platform import config as config_io
+from platform.errors import ConfigError, UserError
+
+LAYER_SYMBOLS = {"encoder_layers": "num_encoder_layers", "decoder_layers": "num_decoder_layers"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Distribution:
+    type: Literal["int", "float", "categorical"]
+    low: int | float | str | None = None
+    high: int | float | str | None = None
+    log: bool = False
+    choices: tuple[Any, ...] | None = None
+    when: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("a categorical distribution needs choices")
+        elif self.low is None or self.high is None:
+            raise ValueError(f"an {self.type} distribution needs low and high")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpaceFile:
+    model: str
+    metric: str = "dev_bleu"
+    mode: Literal["max", "min"] = "max"
+    params: dict[str, Distribution]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    first_points: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Space:
+    """A loaded space, with layer symbols resolved against the trial model's layer counts."""
+
+    name: str
+    spec: SpaceFile
+    layers: dict[str, int]
+
+    @property
+    def knobs(self) -> list[str]:
+        return list(self.spec.params)
+
+    def bounds(self, key: str) -> tuple[Any, Any]:
+        dist = self.spec.params[key]
+        resolve = lambda v: self.layers[v] if isinstance(v, str) and v in LAYER_SYMBOLS else v  # noqa: E731
+        return resolve(dist.low), resolve(dist.high)
+
+    def define_by_run(self, trial) -> None:
+        """Sample every knob whose condition holds (Optuna define-by-run)."""
+        for key, dist in self.spec.params.items():
+            if any(trial.params.get(k, _MISSING) != v for k, v in dist.when.items()):
+                continue
+            if dist.type == "categorical":
+                trial.suggest_categorical(key, list(dist.choices))
+            elif dist.type == "int":
+                low, high = self.bounds(key)
+                trial.suggest_int(key, int(low), int(high), log=dist.log)
+            else:
+                low, high = self.bounds(key)
+                trial.suggest_float(key, float(low), float(high), log=dist.log)
+
+    def first_points(self) -> list[dict[str, Any]]:
+        """The space's first points with fractions of the layer count resolved."""
+        points = []
+        for point in self.spec.first_points:
+            resolved = {}
+            for key, value in point.items():
+                if isinstance(value, str) and "/" in value and self.spec.params[key].type == "int":
+                    numerator, denominator = (int(x) for x in value.split("/"))
+                    low, high = self.bounds(key)
+                    value = min(max(round(numerator / denominator * int(high)), int(low)), int(high))
+                resolved[key] = value
+            points.append(resolved)
+        return points
+
+    def sample(self, seed: int = 0) -> dict[str, Any]:
+        """One config drawn from the space (for --dry-run and tests)."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+        trial = study.ask()
+        self.define_by_run(trial)
+        return dict(trial.params)
+
+    def trial_config(self, base: dict[str, Any], sampled: dict[str, Any]) -> dict[str, Any]:
+        """The full config data of one trial: base, then ``fixed``, then the sampled knobs."""
+        data = copy.deepcopy(base)
+        for key, value in {**self.spec.fixed, **sampled}.items():
+            _set(data, key, value)
+        return data
+
+
+_MISSING = object()
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+def load_space(name: str, base: dict[str, Any]) -> Space:
+    """Load and validate space ``name`` against the base config of its model."""
+    from search_spaces import SPACES
+
+    if name not in SPACES:
+        raise UserError(f"unknown search space {name!r}; available: {', '.join(SPACES)}")
+    path = SPACES[name]
+    raw = config_io.read_yaml_mapping(path)
+    params = raw.get("params")
+    if not isinstance(params, dict) or not params:
+        raise ConfigError(f"{path}: a space needs a non-empty params mapping")
+    raw = {**raw, "params": {key: config_io.from_dict(Distribution, spec, where=f"{path}: params.{key}")
+                             for key, spec in params.items()}}
+    spec = config_io.from_dict(SpaceFile, raw, where=str(path))
+    layers = {symbol: base["model"].get(field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
+    space = Space(name, spec, layers)
+    _validate(space, path, base)
+    return space
+
+
+def _validate(space: Space, path: Path, base: dict[str, Any]) -> None:
+    """Every knob and fixed key must be a real config key of the model, and configs must load."""
+    from platform.training import load_train_config
+
+    for point in space.first_points() + [space.sample(seed) for seed in range(3)]:
+        unknown = set(point) - set(space.spec.params)
+        if unknown:
+            raise ConfigError(f"{path}: first point sets {sorted(unknown)}, which are not knobs of the space")
+        try:
+            load_train_config(space.trial_config(base, point))
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None

@@ -1,0 +1,82 @@
+"""Search spaces load strictly, sample valid configs, and the searcher tells pruned trials as PRUNED."""
+
+import pytest
+
+from conftest import run_module
+from models import build_model
+from platform.errors import ConfigError, UserError
+from platform.spaces import load_space
+from platform.training import load_train_config
+from platform.tune import base_config, make_searcher
+from search_spaces import SPACES
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_every_space_loads_and_a_sampled_config_builds_a_model(name):
+    base = base_config(name, "sweep", [], None)
+    space = load_space(name, base)
+    assert space.knobs and space.first_points()
+    sampled = space.sample(seed=3)
+    assert set(sampled) <= set(space.knobs)
+    config = load_train_config(space.trial_config(base, sampled))
+    for key, value in sampled.items():
+        section, field = key.split(".")
+        assert getattr(getattr(config, section), field) == value
+    model = build_model(config.model, 100, 100)
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_dbsa_first_point_is_the_paper_scaled_to_the_layer_count():
+    six = load_space("dbsa", base_config("dbsa", "sweep", ["model.num_encoder_layers=6", "model.num_decoder_layers=6"], None))
+    assert six.first_points()[0]["model.p_enc"] == 4 and six.first_points()[0]["model.lambda_enc"] == 1.0
+    three = load_space("dbsa", base_config("dbsa", "cpu", [], None))
+    assert three.first_points()[0]["model.p_enc"] == 2
+    assert three.bounds("model.p_enc") == (1, 3)
+
+
+def test_conditional_knobs_are_sampled_only_when_their_condition_holds():
+    space = load_space("deprel", base_config("deprel", "sweep", [], None))
+    samples = [space.sample(seed) for seed in range(30)]
+    assert all(("model.k_clip" in s) == s["model.use_rel"] for s in samples)
+    assert any(not s["model.use_rel"] for s in samples) and any(s["model.use_rel"] for s in samples)
+
+
+def test_bad_space_and_bad_override_are_clear_errors():
+    with pytest.raises(UserError, match="unknown search space 'dbsa2'; available: dbsa"):
+        base_config("dbsa2", "sweep", [], None)
+    with pytest.raises(ConfigError, match="unknown config key"):
+        base_config("dbsa", "sweep", ["optim.learningrate=1"], None)
+
+
+def _drive(searcher, trial_id, values):
+    searcher.suggest(trial_id)
+    for step, value in enumerate(values, start=1):
+        searcher.on_trial_result(trial_id, {"dev_bleu": value, "training_iteration": step})
+    searcher.on_trial_complete(trial_id, {"dev_bleu": values[-1], "training_iteration": len(values)})
+
+
+def test_trials_stopped_early_are_told_to_optuna_as_pruned_not_complete():
+    from optuna.trial import TrialState
+    from ray.tune.search.optuna import OptunaSearch
+
+    space = load_space("gumbel", base_config("gumbel", "sweep", [], None))
+    ours = make_searcher(space, seed=0, max_iterations=4)
+    ours.set_search_properties("dev_bleu", "max", {})
+    _drive(ours, "full", [1.0, 2.0, 3.0, 4.0])
+    _drive(ours, "stopped", [0.5])  # ASHA stopped it after one epoch
+    states = {t.number: t.state for t in ours._ot_study.trials}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.PRUNED}
+    assert ours._ot_study.trials[1].intermediate_values == {1: 0.5}
+    # Ray's own OptunaSearch would have told Optuna the stopped trial was COMPLETE with 0.5
+    plain = OptunaSearch(space=space.define_by_run, metric="dev_bleu", mode="max", seed=0)
+    _drive(plain, "stopped", [0.5])
+    assert plain._ot_study.trials[0].state == TrialState.COMPLETE
+
+
+def test_dry_run_and_unknown_space_on_the_command_line():
+    result = run_module("platform.tune", "--space", "hier", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "model.gate: one of ['fixed0', 'fixed05', 'fixed1', 'learned']" in result.stdout
+    assert "sampled: {" in result.stdout and "name: hier_tree_gru" in result.stdout
+    bad = run_module("platform.tune", "--space", "nope")
+    assert bad.returncode == 2 and "unknown search space 'nope'" in bad.stderr and "Traceback" not in bad.stderr
