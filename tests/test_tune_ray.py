@@ -41,6 +41,19 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
         assert f"{best:.4g}" in [cell.strip() for cell in row.split("|")]  # summary = the store's best
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
     assert {"summary.md", "summary.csv", "best_config.yaml", "config.yaml", "plots"} <= parent_files
+    # the best config re-runs with platform.train
+    best_yaml = client.download_artifacts(parents[0].info.run_id, "best_config.yaml", str(tmp_path))
+    from platform.train import resolve_config
+    assert resolve_config("dbsa", "smoke", best_yaml, []).model.name == "dbsa"
+    # and platform.report compares the runs
+    from platform import report
+    assert report.main(["--experiment", "sweep", "--out", str(tmp_path / "report"),
+                        "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert all(c.info.run_name in text for c in children)
+    assert (tmp_path / "report" / "report.csv").read_text().count("\n") == len(children) + 1
+    assert (tmp_path / "report" / "dev_bleu_by_knob.png").exists()
+    assert "report" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
 
 
 def test_resume_continues_the_same_sweep_without_duplicate_runs(ray_cluster, demo_dataset, tmp_path):
