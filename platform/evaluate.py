@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from platform.errors import run_cli
-from platform.inference import Trained
+from platform.inference import Trained, add_model_arguments
 from platform.metrics import detokenizer
 from platform.training import Context, evaluate
 
@@ -32,17 +32,11 @@ from platform.training import Context, evaluate
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m platform.evaluate", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
-    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
+    add_model_arguments(parser)
     parser.add_argument("--test", required=True, metavar="PREFIX", help="PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
     parser.add_argument("--src", required=True, help="source language suffix")
     parser.add_argument("--tgt", required=True, help="target language suffix")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1 = greedy)")
-    parser.add_argument("--lenpen", type=float, default=0.6, help="length penalty α of Wu et al. (default 0.6)")
     parser.add_argument("--out", metavar="PREFIX", help="where to write hypotheses/references (default: test name in cwd)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     return parser
 
 

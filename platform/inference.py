@@ -27,6 +27,17 @@ from platform.training import (
 
 from models.inputs import Source
 
+def add_model_arguments(parser) -> None:
+    """The flags every command that uses a trained model shares (evaluate, translate)."""
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
+    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
+    parser.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1 = greedy)")
+    parser.add_argument("--lenpen", type=float, default=0.6, help="length penalty α of Wu et al. (default 0.6)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+
+
 NEEDS_TREES = {"deprel": "depth", "tree2seq": "tree", "hier_tree_gru": "tree"}
 
 

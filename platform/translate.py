@@ -20,23 +20,17 @@ from pathlib import Path
 
 from platform.conllu import read_conllu
 from platform.errors import InputError, UserError, run_cli
-from platform.inference import Trained
+from platform.inference import Trained, add_model_arguments
 from platform.metrics import detokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m platform.translate", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
-    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1 = greedy)")
-    parser.add_argument("--lenpen", type=float, default=0.6, help="length penalty α (default 0.6)")
+    add_model_arguments(parser)
     parser.add_argument("--conllu", action="store_true", help="stdin is CoNLL-U (needed by tree models)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     parser.add_argument("--tokenized", action="store_true", help="write tokenized output (words separated by spaces)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     return parser
 
 
