@@ -36,7 +36,19 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except OSError as error:  # the environment: unwritable directory, full disk, missing file
+        print(f"error: {describe_os_error(error)}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(status or 0)
+
+
+def describe_os_error(error: OSError) -> str:
+    """``cannot write /out/x: No space left on device`` from any OSError, in one line."""
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.filename is None:
+        return reason
+    target = f"{error.filename} -> {error.filename2}" if error.filename2 else str(error.filename)
+    return f"{target}: {reason}"

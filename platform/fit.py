@@ -18,7 +18,9 @@ from platform.batching import ParquetExamples, ShardedBatches
 from platform.training import (
     CHECKPOINT_FILE,
     Context,
+    Diverged,
     Evaluation,
+    IncompatibleCheckpoint,
     TrainConfig,
     Throughput,
     build_training,
@@ -42,6 +44,9 @@ class Hooks:
 
     def report(self, metrics: dict[str, float], state: dict | None, evaluation: Evaluation | None, is_best: bool) -> None:
         pass
+
+    def diverged(self, reason: str) -> None:
+        """Training stops for good with ``reason`` (the loss became NaN/inf)."""
 
 
 @dataclass
@@ -92,12 +97,20 @@ def fit(config: TrainConfig, dataset: Dataset, ctx: Context, hooks: Hooks, log=p
     progress = {"epoch": 0, "step": 0, "history": [], "best_bleu": -1.0, "best_epoch": 0, "bad_epochs": 0}
     state = hooks.resume()
     if state is not None:
+        check_subwords(state, dataset)
         progress = restore(state, model, optimizer, scheduler, sampler)
         log(f"resumed from epoch {progress['epoch']} (step {progress['step']})")
     trained = hooks.wrap(model)
     tgt_model = SubwordModel(dataset.subword_bytes["tgt"]) if ctx.rank == 0 else None
     for epoch in range(progress["epoch"], config.max_epochs):
-        metrics = _train_epoch(trained, optimizer, scheduler, sampler, config, ctx, epoch, progress)
+        try:
+            metrics = _train_epoch(trained, optimizer, scheduler, sampler, config, ctx, epoch, progress)
+        except Diverged as error:
+            reason = f"diverged at epoch {epoch + 1}, step {progress['step'] + 1}: {error}"
+            if ctx.rank == 0:
+                log(reason)
+                hooks.diverged(reason)
+            raise Diverged(reason) from None
         evaluation = None
         if ctx.rank == 0 and dataset.dev is not None:
             evaluation = evaluate(model, dataset.dev, config, tgt_model, dataset.meta["tgt_lang"], ctx)
@@ -114,6 +127,16 @@ def fit(config: TrainConfig, dataset: Dataset, ctx: Context, hooks: Hooks, log=p
                 log(f"early stopping: no better dev_bleu for {config.patience} epochs")
             break
     return progress["history"]
+
+
+def check_subwords(state: dict, dataset: Dataset) -> None:
+    """A checkpoint resumes only on data encoded with its own subword models."""
+    for side, blob in dataset.subword_bytes.items():
+        saved = state.get("subword_models", {}).get(side)
+        if saved is not None and bytes(saved.numpy().tobytes()) != blob:
+            raise IncompatibleCheckpoint(
+                f"{dataset.directory} was prepared with other {side} subword models than the checkpoint to resume; "
+                f"encode it with `platform.prepare --subwords-from` the checkpoint's dataset, or train under a new --name")
 
 
 def _train_epoch(model, optimizer, scheduler, sampler, config, ctx, epoch, progress) -> dict[str, float]:

@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -164,21 +165,42 @@ def sha256_file(path: Path) -> str:
 
 def check_output(out: Path, overwrite: bool) -> None:
     """Fail before any work if ``out`` holds something that would be replaced."""
+    recover_directory(out)
     if out.exists() and not overwrite:
         if not out.is_dir() or any(out.iterdir()):
             raise UserError(f"{out} already exists; pass --overwrite to replace it")
 
 
 def commit_directory(tmp: Path, out: Path) -> None:
-    """Move a finished temporary directory to ``out``, replacing an old one only at the end."""
+    """Move a finished temporary directory to ``out``, replacing an old one only at the end.
+
+    The files are fsynced before the rename, so a crash leaves either the old directory or the
+    complete new one under ``out`` (a crash between the two renames leaves the old one as
+    ``.NAME.old``, which ``recover_directory`` puts back)."""
+    from platform.training import fsync_directory
+
+    for path in sorted(tmp.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    fsync_directory(tmp)
     old = out.with_name(f".{out.name}.old")
     if out.exists():
         if old.exists():
             shutil.rmtree(old)
         out.rename(old)
     tmp.rename(out)
+    fsync_directory(out.parent)
     if old.exists():
         shutil.rmtree(old)
+
+
+def recover_directory(out: Path) -> None:
+    """Undo a commit killed between its two renames: the previous ``out`` comes back."""
+    old = out.with_name(f".{out.name}.old")
+    if old.is_dir() and not out.exists():
+        old.rename(out)
+        print(f"restored {out} from an interrupted replacement", file=sys.stderr)
 
 
 def temporary_sibling(out: Path) -> Path:

@@ -127,13 +127,22 @@ def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[last] = value
 
 
-def load_space(name: str, base: dict[str, Any]) -> Space:
-    """Load and validate space ``name`` against the base config of its model."""
+def space_path(name: str) -> Path:
+    """A built-in space by name (``dbsa``), or a space YAML file of your own."""
     from search_spaces import SPACES
 
-    if name not in SPACES:
-        raise UserError(f"unknown search space {name!r}; available: {', '.join(SPACES)}")
-    path = SPACES[name]
+    if name in SPACES:
+        return Path(SPACES[name])
+    if name.endswith((".yaml", ".yml")):
+        if not Path(name).is_file():
+            raise UserError(f"{name}: search space file not found")
+        return Path(name)
+    raise UserError(f"unknown search space {name!r}; available: {', '.join(SPACES)}, or a .yaml file")
+
+
+def load_space(name: str, base: dict[str, Any]) -> Space:
+    """Load and validate space ``name`` against the base config of its model."""
+    path = space_path(name)
     raw = config_io.read_yaml_mapping(path)
     params = raw.get("params")
     if not isinstance(params, dict) or not params:

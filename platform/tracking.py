@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from platform import config as config_io
@@ -23,12 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def resolve_tracking_uri(flag: str | None = None) -> str:
-    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd."""
-    if flag:
-        return flag
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd;
+    a store that cannot be reached is a one-line error here, before any work."""
+    uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    check_reachable(uri)
+    return uri
 
 
 def client(tracking_uri: str):
@@ -194,8 +194,16 @@ def find_run(tracking_uri: str, experiment: str, tags: dict[str, str]) -> str | 
     return runs[0].info.run_id if runs else None
 
 
-def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None) -> None:
+def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None,
+            only_if_running: bool = False) -> None:
+    """Close the run FINISHED, or FAILED with the error as a tag.
+
+    ``only_if_running`` leaves a run that someone else (the sweep driver) closed already as it
+    is: a trial that Tune stopped may see its training interrupted after the driver marked its
+    run FINISHED, and that interruption is not a failure."""
     mlflow_client = client(tracking_uri)
+    if only_if_running and mlflow_client.get_run(run_id).info.status != "RUNNING":
+        return
     if error is not None:
         message = str(error) if str(error) else type(error).__name__
         mlflow_client.set_tag(run_id, "error", message[:5000])
@@ -213,26 +221,115 @@ def log_text(tracking_uri: str, run_id: str, text: str, artifact_file: str) -> N
 
 
 class RunLogger:
-    """What rank 0 writes to an open run."""
+    """What rank 0 writes to an open run.
 
-    def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True):
+    A tracking outage never stops training: a call that still fails after MLflow's own HTTP
+    retries is kept, in order, and sent before the next one (a warning says so).  Only an
+    answer from the server that refuses the call (a bad request) is an error."""
+
+    def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None):
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self.client = client(tracking_uri)
+        self.pending: list[tuple[str, Callable[[], Any]]] = []
+        self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
         if reopen:  # training (also after a restart from a checkpoint): the run is live again
-            self.client.update_run(run_id, status="RUNNING")
+            self._call("reopen the run", lambda: self.client.update_run(run_id, status="RUNNING"))
 
     def metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(key, float(value), now, step) for key, value in metrics.items()]
-        self.client.log_batch(self.run_id, metrics=items)
+        self._call(f"metrics of step {step}", lambda: self.client.log_batch(self.run_id, metrics=items))
 
     def tag(self, key: str, value: str) -> None:
-        self.client.set_tag(self.run_id, key, value)
+        self._call(f"tag {key}", lambda: self.client.set_tag(self.run_id, key, value))
+
+    def get_tag(self, key: str) -> str | None:
+        """A tag of the run (None if unset or the store is unreachable)."""
+        try:
+            return self.client.get_run(self.run_id).data.tags.get(key)
+        except Exception as error:  # noqa: BLE001 - an outage: behave as if unset
+            _warn(f"could not read tag {key} of run {self.run_id} ({_one_line(error)})")
+            return None
 
     def artifact(self, path: str | Path, directory: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), directory)
+        # a copy: the file may be rewritten (plots, best checkpoint) before a delayed upload
+        data = Path(path).read_bytes()
+        name = Path(path).name
+        self._call(f"artifact {name}", lambda: _log_bytes(self.client, self.run_id, name, data, directory))
 
     def text(self, text: str, artifact_file: str) -> None:
-        log_text(self.tracking_uri, self.run_id, text, artifact_file)
+        self._call(f"artifact {artifact_file}", lambda: log_text(self.tracking_uri, self.run_id, text, artifact_file))
+
+    def flush(self) -> bool:
+        """Send what is pending, in order; False if the store is still unreachable."""
+        while self.pending:
+            what, call = self.pending[0]
+            try:
+                call()
+            except Exception as error:  # noqa: BLE001 - decide below whether it is an outage
+                if _refused(error) or not self.keep_going:
+                    self.pending.pop(0)
+                    raise
+                _warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
+                      f"for run {self.run_id}, retried with the next one (first: {what})")
+                return False
+            self.pending.pop(0)
+        return True
+
+    def _call(self, what: str, call: Callable[[], Any]) -> None:
+        self.pending.append((what, call))
+        self.flush()
+
+
+def _log_bytes(mlflow_client, run_id: str, name: str, data: bytes, directory: str | None) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / name
+        path.write_bytes(data)
+        mlflow_client.log_artifact(run_id, str(path), directory)
+
+
+def _refused(error: BaseException) -> bool:
+    """The server answered and refused (4xx): retrying cannot help."""
+    from mlflow.exceptions import RestException
+
+    return isinstance(error, RestException) and 400 <= int(getattr(error, "get_http_status_code", lambda: 500)()) < 500
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return (text[:300] + "...") if len(text) > 300 else (text or type(error).__name__)
+
+
+def _warn(message: str) -> None:
+    import sys
+
+    sys.stderr.write(f"warning: {message}\n")
+    sys.stderr.flush()
+
+
+def check_reachable(tracking_uri: str, timeout: float = 5.0) -> None:
+    """Fail fast with one line when the store cannot be used, before any training starts."""
+    import urllib.error
+    import urllib.request
+
+    from platform.errors import UserError
+
+    if tracking_uri.startswith(("http://", "https://")):
+        url = tracking_uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - the user's own tracking server
+                return
+        except urllib.error.HTTPError:
+            return  # something answers (older servers have no /health)
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise UserError(f"cannot reach the MLflow tracking server at {tracking_uri} ({reason}); start it "
+                            f"(mlflow server --host 127.0.0.1 ...) or pass another --tracking-uri") from None
+    elif tracking_uri.startswith("sqlite:///"):
+        directory = Path(tracking_uri[len("sqlite:///"):]).parent
+        if not directory.is_dir():
+            raise UserError(f"the directory of the MLflow database {tracking_uri} does not exist: {directory}")
+        if not os.access(directory, os.W_OK):
+            raise UserError(f"cannot write the MLflow database {tracking_uri}: {directory} is not writable")

@@ -17,6 +17,7 @@ import copy
 import os
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,6 +149,11 @@ class RayHooks:
 
             self.logger.tag("node_id", ray.get_runtime_context().get_node_id())
             self.logger.tag("hostname", _platform.node())
+            reason = self.logger.get_tag("diverged")
+            if reason:  # Ray restarted a worker group that diverged: it would diverge again
+                from platform.training import Diverged
+
+                raise Diverged(reason)
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
 
@@ -162,7 +168,15 @@ class RayHooks:
         with checkpoint.as_directory() as directory:
             state = load_checkpoint(Path(directory) / CHECKPOINT_FILE)
         self.history = list(state["progress"]["history"])
+        if self.logger is not None:  # visible in MLflow: this run survived a failure
+            restarts = int(self.logger.get_tag("restarts") or 0) + 1
+            self.logger.tag("restarts", str(restarts))
+            self.logger.tag("resumed_from_epoch", str(state["progress"]["epoch"]))
         return state
+
+    def diverged(self, reason: str) -> None:
+        if self.logger is not None:
+            self.logger.tag("diverged", reason)
 
     def wrap(self, model):
         import ray.train.torch
@@ -213,6 +227,13 @@ class RayHooks:
             from platform.diagnostics import log_parse_heat_map
 
             log_parse_heat_map(self.logger, self.workdir / "best" / CHECKPOINT_FILE, self.dataset_dir, self.workdir)
+            for _ in range(3):  # a tracking outage at the very end: a last few tries, then say what is missing
+                if self.logger.flush():
+                    return
+                time.sleep(10)
+            missing = ", ".join(what for what, _ in self.logger.pending)
+            raise RuntimeError(f"MLflow stayed unreachable: not logged to run {self.logger.run_id}: {missing} "
+                               f"(the checkpoints are in the Ray storage path)")
 
 
 # ------------------------------------------------------------------------------ the driver
@@ -256,9 +277,9 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     try:
         _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:
-        tracking.end_run(job.tracking_uri, run_id, error=error)
+        tracking.end_run(job.tracking_uri, run_id, error=error, only_if_running=True)
         raise
-    tracking.end_run(job.tracking_uri, run_id)
+    tracking.end_run(job.tracking_uri, run_id, only_if_running=True)
     return run_id
 
 

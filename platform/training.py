@@ -205,6 +205,11 @@ class LossSums:
     def counts(self) -> Tensor:
         return torch.stack([self.num_tokens, self.enc_count, self.dec_count]).float()
 
+    def nonfinite(self) -> Tensor:
+        """1.0 if any loss term is NaN/inf on this rank, else 0.0."""
+        terms = torch.stack([self.token_loss.detach(), self.enc_loss.detach(), self.dec_loss.detach()]).float()
+        return (~torch.isfinite(terms)).any().float()
+
 
 def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float) -> LossSums:
     logits = output.logits.float().reshape(-1, output.logits.shape[-1])  # [B·T, V]
@@ -275,6 +280,10 @@ class StepResult:
     grad_norm: float
 
 
+class Diverged(FloatingPointError):
+    """The loss became NaN/inf: training stops for good (a restart would diverge again)."""
+
+
 def train_step(model: nn.Module, optimizer, scheduler, batch: Batch, config: TrainConfig, ctx: Context) -> StepResult:
     """One optimizer update on ``batch`` (this rank's share of the global batch)."""
     model.train()
@@ -283,10 +292,13 @@ def train_step(model: nn.Module, optimizer, scheduler, batch: Batch, config: Tra
     with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
         output = model(to_source(batch), tgt_in)
     sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing)
-    global_counts = ctx.all_reduce(sums.counts())
+    # one all-reduce carries the global counts and how many ranks saw a non-finite loss, so
+    # every rank stops at the same step (a rank raising alone would leave the others in DDP)
+    reduced = ctx.all_reduce(torch.cat([sums.counts(), sums.nonfinite().reshape(1)]))
+    global_counts, bad_ranks = reduced[:3], int(reduced[3])
     loss = combine(sums, global_counts, config.model, ctx.world_size)
-    if not torch.isfinite(loss):
-        raise FloatingPointError(f"loss became {float(loss.detach())}")
+    if bad_ranks or not torch.isfinite(loss):
+        raise Diverged(f"loss became {float(loss.detach())} on {max(bad_ranks, 1)} of {ctx.world_size} rank(s)")
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip_norm or float("inf"))
@@ -399,10 +411,31 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
     """Write atomically (a temporary file renamed), so a crash never leaves half a checkpoint."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_directory(path.parent)
     return path
+
+
+def fsync_directory(directory: str | Path) -> None:
+    """Make a rename in ``directory`` durable (best effort where directories cannot be opened)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
 
 
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict:
@@ -422,14 +455,34 @@ def model_from_checkpoint(state: dict, device: torch.device | str = "cpu") -> tu
     config = config_from_checkpoint(state)
     vocab = state["dataset_meta"]["vocab_size"]
     model = build_model(config.model, vocab["src"], vocab["tgt"])
-    model.load_state_dict(state["model"])
+    load_weights(model, state["model"], "the checkpoint")
     return model.to(device).eval(), config
+
+
+class IncompatibleCheckpoint(ConfigError):
+    pass
+
+
+def load_weights(model: nn.Module, weights: dict[str, Tensor], what: str) -> None:
+    """``load_state_dict`` with a one-line reason when the checkpoint was made by another config."""
+    own = model.state_dict()
+    missing = [key for key in own if key not in weights]
+    unexpected = [key for key in weights if key not in own]
+    shapes = [f"{key} {tuple(weights[key].shape)} vs {tuple(own[key].shape)}" for key in own
+              if key in weights and weights[key].shape != own[key].shape]
+    if missing or unexpected or shapes:
+        detail = "; ".join(part for part in (
+            f"missing {', '.join(missing[:3])}" if missing else "",
+            f"unexpected {', '.join(unexpected[:3])}" if unexpected else "",
+            f"shape {', '.join(shapes[:3])}" if shapes else "") if part)
+        raise IncompatibleCheckpoint(f"{what} does not fit this model config ({detail})")
+    model.load_state_dict(weights)
 
 
 def restore(state: dict, model: nn.Module, optimizer, scheduler, sampler: ShardedBatches) -> dict[str, Any]:
     """Load a checkpoint into live objects; returns the saved progress."""
     module = model.module if hasattr(model, "module") else model
-    module.load_state_dict(state["model"])
+    load_weights(module, state["model"], "the checkpoint to resume")
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     sampler.load_state_dict(state["sampler"])

@@ -33,7 +33,7 @@ from typing import Any
 from platform import config as config_io
 from platform import tracking
 from platform.errors import UserError, run_cli
-from platform.spaces import Space, load_space
+from platform.spaces import Space, load_space, space_path
 from platform.training import RUN_PRESETS, load_train_config, model_defaults
 
 DRIVER_CPU = 0.1  # what each trial's function trainable (the trainer's driver) reserves
@@ -94,7 +94,11 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, max_iteration
 
     class CloseTrialRuns(ray.tune.Callback):
         """A trial stopped by ASHA is killed mid-training: its MLflow run is closed here, on the
-        driver, as FINISHED with ``pruned=true`` (never left RUNNING)."""
+        driver, as FINISHED with ``pruned=true`` (never left RUNNING).
+
+        The driver's word is final for a trial Tune saw complete: the trial process, torn down
+        after this callback, may fail its own ``end_run`` as its training is interrupted, and
+        that must not turn a pruned trial into a FAILED run (nor leave its error tag)."""
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._close(trial, error=None)
@@ -111,7 +115,11 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, max_iteration
             epochs = int(trial.last_result.get("training_iteration", 0)) if trial.last_result else 0
             if error is None and epochs < max_iterations:
                 client.set_tag(run_id, "pruned", "true")
-            if run.info.status == "RUNNING":
+            if error is None and run.info.status != "FINISHED":
+                if "error" in run.data.tags:  # written by the interrupted trial process
+                    client.delete_tag(run_id, "error")
+                tracking.end_run(tracking_uri, run_id)
+            elif run.info.status == "RUNNING":
                 tracking.end_run(tracking_uri, run_id, error=error)
 
     return CloseTrialRuns()
@@ -261,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m platform.tune", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--space", required=True, help=f"search space: {', '.join(SPACES)}")
+    parser.add_argument("--space", required=True, help=f"search space: {', '.join(SPACES)}, or a space .yaml file")
     parser.add_argument("--data", default="demo", help="'demo' (built-in synthetic corpus) or a prepared dataset directory")
     parser.add_argument("--num-samples", type=int, help="trials to run (default 6; smoke 3)")
     parser.add_argument("--max-epochs", type=int, help="epochs of a trial that ASHA never stops (default 4; smoke 2)")
@@ -286,11 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def base_config(space_name: str, size: str, overrides: Sequence[str], max_epochs: int | None) -> dict[str, Any]:
-    from search_spaces import SPACES
-
-    if space_name not in SPACES:
-        raise UserError(f"unknown search space {space_name!r}; available: {', '.join(SPACES)}")
-    model = config_io.read_yaml_mapping(SPACES[space_name]).get("model")
+    model = config_io.read_yaml_mapping(space_path(space_name)).get("model")
     data: dict[str, Any] = {"model": model_defaults(str(model), size), **copy.deepcopy(RUN_PRESETS[size])}
     for override in overrides:
         key, value = config_io.parse_override(override)
@@ -334,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resume and not args.name:
         raise UserError("--resume needs the --name of the sweep to continue")
     tracking_uri = tracking.resolve_tracking_uri(args.tracking_uri)
-    name = args.name or f"{args.space}-{uuid.uuid4().hex[:8]}"
+    name = args.name or f"{Path(args.space).stem}-{uuid.uuid4().hex[:8]}"
     dataset_dir = train.resolve_data(args.data)
     _start_ray(args.address)
     job = {"dataset_dir": dataset_dir, "workers": args.workers_per_trial, "gpus_per_worker": args.gpus_per_worker,
@@ -389,7 +393,7 @@ def _parent_run(sweep: Sweep, resume: bool) -> str:
               "metric": sweep.space.spec.metric, "workers_per_trial": sweep.job["workers"],
               "gpus_per_worker": sweep.job["gpus_per_worker"], "max_concurrent": sweep.max_concurrent,
               "git_commit": tracking.git_commit()}
-    space_text = Path(__import__("search_spaces").SPACES[sweep.space.name]).read_text(encoding="utf-8")
+    space_text = space_path(sweep.space.name).read_text(encoding="utf-8")
     return tracking.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
                               {"sweep_parent": sweep.name, "space": sweep.space.name}, space_text)
 

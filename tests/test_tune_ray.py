@@ -28,7 +28,8 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) >= 3 and {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-    assert all(c.info.status == "FINISHED" for c in children)
+    statuses = {c.data.tags["trial_id"]: (c.info.status, c.data.tags.get("error"), c.data.tags.get("pruned")) for c in children}
+    assert all(status == "FINISHED" for status, _, _ in statuses.values()), statuses
     knobs = ["p_enc", "p_dec", "lambda_enc", "lambda_dec", "dropout", "optim.lr", "optim.warmup_steps"]
     sampled = {tuple(c.data.params[k] for k in knobs) for c in children}
     assert len(sampled) == len(children)  # distinct configurations
