@@ -4,6 +4,7 @@ models and prepare settings it was trained with (all inside the checkpoint)."""
 from __future__ import annotations
 
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +53,16 @@ def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> P
     return Path(path)
 
 
+def checkpoint_load_error(error: Exception) -> str:
+    """torch's many-line refusal as one line."""
+    text = str(error)
+    if "Weights only load failed" in text:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        detail = next((line for line in lines if line.startswith("Unsupported") or "GLOBAL" in line), "")
+        return "it holds more than tensors and plain containers, so it was refused unread" + (f": {detail}" if detail else "")
+    return " ".join(text.split())[:300] or type(error).__name__
+
+
 @dataclass
 class Trained:
     model: torch.nn.Module
@@ -72,9 +83,11 @@ class Trained:
         if not Path(checkpoint).exists():
             raise UserError(f"{checkpoint}: checkpoint not found")
         try:
-            state = load_checkpoint(checkpoint, device)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's notes on pickle protocols: the error says it all
+                state = load_checkpoint(checkpoint, device)
         except Exception as error:
-            raise UserError(f"{checkpoint}: not a checkpoint this code can load ({error})") from None
+            raise UserError(f"{checkpoint}: not a checkpoint this code can load ({checkpoint_load_error(error)})") from None
         model, config = model_from_checkpoint(state, device)
         subwords = subword_models_from_checkpoint(state)
         meta = state["dataset_meta"]

@@ -250,9 +250,18 @@ def start_ray(address: str | None = None) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
-    runtime_env = {"working_dir": str(ROOT), "excludes": RUNTIME_EXCLUDES}
-    ray.init(address=address, runtime_env=runtime_env, log_to_driver=True,
-             logging_level="WARNING")
+    ray.init(**ray_init_kwargs(address), log_to_driver=True, logging_level="WARNING")
+
+
+def ray_init_kwargs(address: str | None, num_cpus: int | None = None) -> dict:
+    """How the CLIs start or join Ray: the repository as working_dir; a local cluster's
+    dashboard listens on 127.0.0.1 only (reach it through ``ssh -L 8265:127.0.0.1:8265``)."""
+    kwargs = {"address": address, "runtime_env": {"working_dir": str(ROOT), "excludes": RUNTIME_EXCLUDES}}
+    if address is None:
+        kwargs["dashboard_host"] = "127.0.0.1"
+        if num_cpus is not None:
+            kwargs["num_cpus"] = num_cpus
+    return kwargs
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,

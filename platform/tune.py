@@ -371,14 +371,12 @@ def _start_ray(address: str | None) -> None:
     """A local cluster leaves one logical CPU for the trials' drivers (DRIVER_CPU each)."""
     import ray
 
-    from platform.train import ROOT, RUNTIME_EXCLUDES
+    from platform.train import ray_init_kwargs
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
-    runtime_env = {"working_dir": str(ROOT), "excludes": RUNTIME_EXCLUDES}
-    extra = {} if address else {"num_cpus": (os.cpu_count() or 1) + 1}
-    ray.init(address=address, runtime_env=runtime_env, logging_level="WARNING", **extra)
+    ray.init(**ray_init_kwargs(address, num_cpus=(os.cpu_count() or 1) + 1), logging_level="WARNING")
 
 
 def _parent_run(sweep: Sweep, resume: bool) -> str:

@@ -16,6 +16,8 @@ UD_SAMPLES = SHARED_DATA / "ud-samples"
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+SECRET = "nmt-test-secret-7c1f9d"  # a credential as a user's shell would export it: must never be logged
+os.environ["AWS_SECRET_ACCESS_KEY_NMT_TEST"] = SECRET
 
 
 def require_shared_data(path: Path) -> Path:

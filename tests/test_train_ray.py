@@ -7,7 +7,7 @@ import pytest
 import sacrebleu
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, run_module
+from conftest import ROOT, SECRET, run_module
 from models import MODELS
 from platform import train
 
@@ -40,6 +40,10 @@ def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_da
     if model == "dbsa":
         assert "dev_uas_enc" in run.data.metrics and "dev_uas_dec" in run.data.metrics
         assert "plots/parse_attention.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+        # the environment (here a fake secret the session exported before starting Ray) is never logged
+        config_yaml = client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))
+        logged = [*run.data.params.values(), *run.data.tags.values(), open(config_yaml).read()]
+        assert not any(SECRET in text for text in logged)
 
 
 def test_two_worker_ddp_run_logs_one_run_with_workers_2(ray_cluster, demo_dataset, tmp_path):

@@ -57,16 +57,6 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert "report" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
 
 
-def test_resume_continues_the_same_sweep_without_duplicate_runs(ray_cluster, demo_dataset, tmp_path):
-    args = sweep_args(demo_dataset, tmp_path, "--name", "s2", "--num-samples", "2")
-    assert tune.main(args) == 0
-    assert tune.main(args + ["--resume"]) == 0
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("sweep").experiment_id])
-    assert len([r for r in runs if r.data.tags.get("sweep_parent") == "s2"]) == 1
-    assert len([r for r in runs if r.data.tags.get("mlflow.parentRunId")]) == 2
-
-
 TWO_NODES = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})

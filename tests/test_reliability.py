@@ -1,0 +1,375 @@
+"""Faults done for real, without Ray: processes killed while writing, a full disk, an unwritable
+directory, an MLflow server that goes away, incompatible checkpoints and hostile input."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pickle
+import random
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, run_module
+from platform import config as config_io
+from platform.errors import ConfigError
+from platform.fit import Dataset, LocalHooks, fit
+from platform.training import Context, IncompatibleCheckpoint, load_checkpoint, load_train_config
+
+TINY = {"name": "transformer", "num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 32, "num_heads": 4,
+        "d_ff": 64}
+
+
+def tiny(**model):
+    return load_train_config({"model": {**TINY, **model}, "max_epochs": 1, "max_steps_per_epoch": 2,
+                              "eval": {"max_sentences": 4}, "batching": {"max_tokens": 600}})
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The CLI failed cleanly: non-zero exit, a single ``error:`` line, no traceback."""
+    assert result.returncode != 0, result.stdout[-500:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert lines and lines[-1].startswith("error: "), result.stderr[-2000:]
+    return lines[-1]
+
+
+# ----------------------------------------------------------------------------- interrupted writes
+
+WRITER = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {root!r})  # before torch, which imports the standard library's platform
+    import torch
+    from platform.training import save_checkpoint
+    step = 0
+    while True:
+        step += 1
+        save_checkpoint({{"step": step, "weights": torch.full((3_000_000,), float(step))}}, {path!r})
+""")
+
+
+def test_a_checkpoint_writer_killed_at_random_moments_never_leaves_a_corrupt_checkpoint(tmp_path):
+    path = tmp_path / "last.pt"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(root=str(ROOT), path=str(path)))
+    rng = random.Random(0)
+    kills = 0
+    for _ in range(6):
+        writer = subprocess.Popen([sys.executable, str(script)])
+        deadline = time.time() + 60
+        while not path.exists() and time.time() < deadline:
+            assert writer.poll() is None, "the writer died on its own"
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.05, 0.6))  # somewhere inside torch.save, the fsync or the rename
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        kills += 1
+        state = load_checkpoint(path)  # the "latest" name always points at a whole checkpoint
+        assert torch.equal(state["weights"], torch.full((3_000_000,), float(state["step"])))
+        # a reader only ever opens the final name; what a kill leaves is a hidden temp file
+        assert {p.name for p in tmp_path.iterdir()} - {"last.pt", "writer.py"} <= {
+            p.name for p in tmp_path.glob(".last.pt.tmp-*")}
+    assert kills == 6
+
+
+def test_prepare_killed_midway_leaves_no_dataset_and_the_next_run_succeeds(tmp_path):
+    out = tmp_path / "demo"
+    args = [sys.executable, "-m", "platform.prepare", "--data", "demo", "--demo-sizes", "3000,50,50",
+            "--vocab-size", "500", "--out", str(out), "--quiet"]
+    victim = subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not (tmp_path / ".demo.tmp").exists() and time.time() < deadline:  # working, not finished
+        time.sleep(0.05)
+    time.sleep(0.5)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not out.exists()  # nothing a later step could mistake for a dataset
+    from platform import dataset as ds
+    from platform.errors import UserError
+
+    with pytest.raises(UserError):
+        ds.read_meta(out)
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (out / "meta.json").exists() and not (tmp_path / ".demo.tmp").exists()
+
+
+def test_a_replacement_killed_between_its_two_renames_gets_the_old_dataset_back(demo_dataset, tmp_path):
+    from platform.prepare import check_output
+
+    out = tmp_path / "dataset"
+    old = tmp_path / ".dataset.old"  # what --overwrite leaves if killed after moving the old one aside
+    old.mkdir()
+    (old / "meta.json").write_text("{}")
+    with pytest.raises(Exception, match="already exists"):
+        check_output(out, overwrite=False)
+    assert (out / "meta.json").read_text() == "{}" and not old.exists()
+
+
+# ----------------------------------------------------------------------------- environment errors
+
+
+def test_an_unwritable_output_directory_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    result = run_module("platform.prepare", "--data", "demo", "--demo-sizes", "200,20,20", "--vocab-size", "300",
+                        "--out", blocker / "dataset", "--quiet")
+    assert "a-file" in one_line_error(result)
+
+
+def limit_file_size(limit: int):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_a_full_disk_during_prepare_is_a_one_line_error_and_leaves_nothing(tmp_path):
+    out = tmp_path / "dataset"
+    result = subprocess.run([sys.executable, "-m", "platform.prepare", "--data", "demo", "--demo-sizes", "3000,50,50",
+                             "--vocab-size", "500", "--out", str(out), "--quiet"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300, preexec_fn=limit_file_size(64 * 1024))
+    assert "File too large" in one_line_error(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no dataset, no temp directory
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(demo_dataset):
+    started = time.time()
+    result = run_module("platform.train", "--model", "transformer", "--smoke", "--data", demo_dataset,
+                        "--tracking-uri", f"http://127.0.0.1:{free_port()}", timeout=120)
+    assert "cannot reach the MLflow tracking server" in one_line_error(result)
+    assert time.time() - started < 60
+
+
+class MlflowServer:
+    """A real ``mlflow server`` on 127.0.0.1 that can be stopped and started again."""
+
+    def __init__(self, directory: Path):
+        self.directory, self.port, self.process = directory, free_port(), None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.directory}/mlflow.db",
+             "--artifacts-destination", str(self.directory / "artifacts"), "--workers", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        import urllib.request
+
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"{self.uri}/health", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("mlflow server did not start")
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+def test_a_tracking_outage_during_training_is_buffered_and_logged_once_the_server_is_back(tmp_path, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from platform import tracking
+
+    server = MlflowServer(tmp_path)
+    server.start()
+    try:
+        run_id = tracking.start_run(server.uri, "outage", "r", {"a": "1"}, {}, "a: 1\n")
+        logger = tracking.RunLogger(server.uri, run_id)
+        logger.metrics({"dev_bleu": 1.0}, step=1)
+        server.stop()
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast here; MLflow retries by default
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+        logger.metrics({"dev_bleu": 2.0}, step=2)  # does not raise: training goes on
+        logger.text("hypotheses of epoch 2\n", "dev_hypotheses/epoch_002.txt")
+        assert len(logger.pending) == 2 and "MLflow unreachable" in capsys.readouterr().err
+        server.start()
+        logger.metrics({"dev_bleu": 3.0}, step=3)  # sends what was kept, in order, then this
+        assert logger.pending == []
+        client = MlflowClient(server.uri)
+        assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [(1, 1.0), (2, 2.0), (3, 3.0)]
+        assert [a.path for a in client.list_artifacts(run_id, "dev_hypotheses")] == ["dev_hypotheses/epoch_002.txt"]
+        # a CLI's own logger (keep_going=False) fails instead of buffering
+        server.stop()
+        with pytest.raises(Exception):
+            tracking.RunLogger(server.uri, run_id, reopen=False).tag("x", "y")
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def trained_directory(demo_dataset, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("trained")
+    fit(tiny(), Dataset.open(demo_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+    return directory
+
+
+def test_resuming_on_data_with_other_subword_models_is_refused(trained_directory, tmp_path):
+    from platform import demo
+    from platform.prepare import PrepareConfig, prepare_demo
+    from platform.subwords import SubwordConfig
+
+    other = tmp_path / "other"
+    config = PrepareConfig(src_lang=demo.SRC_LANG, tgt_lang=demo.TGT_LANG, subwords=SubwordConfig(vocab_size=400))
+    prepare_demo(other, config, demo.DemoConfig(num_train=300, num_dev=20, num_test=20), progress=False,
+                 log=lambda m: None)
+    longer = load_train_config({**config_io.to_dict(tiny()), "max_epochs": 2})
+    with pytest.raises(IncompatibleCheckpoint, match="other src subword models"):
+        fit(longer, Dataset.open(other), Context(), LocalHooks(trained_directory), log=lambda line: None)
+
+
+def test_a_checkpoint_from_another_config_is_refused_with_the_reason(trained_directory, demo_dataset):
+    wider = load_train_config({**config_io.to_dict(tiny(d_model=64)), "max_epochs": 2})
+    with pytest.raises(IncompatibleCheckpoint, match="does not fit this model config .*shape"):
+        fit(wider, Dataset.open(demo_dataset), Context(), LocalHooks(trained_directory), log=lambda line: None)
+    state = load_checkpoint(trained_directory / "best.pt")
+    state["model"].pop(next(iter(state["model"])))
+    broken = trained_directory / "broken.pt"
+    torch.save(state, broken)
+    result = run_module("platform.translate", "--checkpoint", broken)
+    assert "does not fit this model config (missing" in one_line_error(result)
+    garbage = trained_directory / "garbage.pt"
+    garbage.write_bytes(b"\x00not a checkpoint" * 100)
+    assert "not a checkpoint this code can load" in one_line_error(run_module("platform.translate", "--checkpoint", garbage))
+
+
+# ----------------------------------------------------------------------------- security
+
+
+class Payload:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_malicious_pickle_checkpoint_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.pt"
+    with open(evil, "wb") as handle:
+        pickle.dump({"model": Payload(str(marker))}, handle)
+    torch.save({"model": Payload(str(marker))}, tmp_path / "evil2.pt")
+    for path in (evil, tmp_path / "evil2.pt"):
+        assert "not a checkpoint this code can load" in one_line_error(run_module("platform.evaluate", "--checkpoint", path,
+                                                                                  "--test", tmp_path / "x", "--src", "a",
+                                                                                  "--tgt", "b"))
+    assert not marker.exists()
+
+
+def test_yaml_configs_are_loaded_safely(tmp_path):
+    marker = tmp_path / "pwned"
+    hostile = tmp_path / "hostile.yaml"
+    hostile.write_text(f"model: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ConfigError):
+        config_io.read_yaml_mapping(hostile)
+    assert not marker.exists()
+
+
+SOURCES = [p for d in ("platform", "models", "search_spaces", "benchmarks") for p in sorted((ROOT / d).rglob("*.py"))]
+
+
+def calls(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            owner = getattr(func.value, "id", "?") if isinstance(func, ast.Attribute) else ""  # "" = a bare name
+            yield node, owner, name
+
+
+def test_no_eval_exec_pickle_or_shell_on_any_input():
+    found = []
+    for path in SOURCES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node, owner, name in calls(tree):
+            where = f"{path.relative_to(ROOT)}:{node.lineno}"
+            keywords = {k.arg: k.value for k in node.keywords}
+            if name in ("eval", "exec") and owner == "" or (owner, name) == ("os", "system"):
+                found.append(f"{where}: {name}")
+            if owner in ("pickle", "cloudpickle", "marshal") and name in ("load", "loads"):
+                found.append(f"{where}: {owner}.{name}")
+            if "shell" in keywords and not (isinstance(keywords["shell"], ast.Constant) and keywords["shell"].value is False):
+                found.append(f"{where}: shell=")
+            if (owner, name) == ("torch", "load"):
+                weights_only = keywords.get("weights_only")
+                if not (isinstance(weights_only, ast.Constant) and weights_only.value is True):
+                    found.append(f"{where}: torch.load without weights_only=True")
+            if (owner, name) == ("yaml", "load") and getattr(keywords.get("Loader"), "id", "") != "_Loader":
+                found.append(f"{where}: yaml.load with an unsafe loader")
+            if (owner, name) in (("yaml", "unsafe_load"), ("yaml", "full_load")):
+                found.append(f"{where}: yaml.{name}")
+    assert found == []
+    import yaml
+
+    assert issubclass(config_io._Loader, yaml.SafeLoader)
+
+
+def test_no_source_logs_the_environment_wholesale():
+    found = []
+    for path in SOURCES:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "os.environ" in line and any(f"os.environ{tail}" in line for tail in (")", ".items()", ".copy()", "}")):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert found == []
+
+
+def test_hostile_sentence_ids_and_file_names_write_nothing_outside_the_output(demo_dataset, tmp_path):
+    import gzip
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for split in ("train", "dev"):
+        for lang in ("sov", "svo"):
+            text = gzip.open(demo_dataset / "conllu" / f"{split}.{lang}.conllu.gz", "rt", encoding="utf-8").read()
+            sentences = text.strip().split("\n\n")[:300 if split == "train" else 20]
+            hostile = [f"# sent_id = ../../../escaped-{i}\n" + s for i, s in enumerate(sentences)]
+            (work / f"..%2f{split}.{lang}.conllu").write_text("\n\n".join(hostile) + "\n\n", encoding="utf-8")
+    before = set(tmp_path.rglob("*"))
+    result = run_module("platform.prepare", "--train", work / "..%2ftrain", "--dev", work / "..%2fdev", "--src", "sov",
+                        "--tgt", "svo", "--vocab-size", "300", "--out", work / "out", "--quiet")
+    assert result.returncode == 0, result.stderr[-2000:]
+    created = set(tmp_path.rglob("*")) - before
+    assert created and all(path.is_relative_to(work / "out") for path in created)
+    assert not any("escaped" in path.name for path in tmp_path.parent.rglob("*escaped*"))
+
+
+def test_local_services_listen_on_127_0_0_1_only():
+    from platform.train import ray_init_kwargs
+
+    assert ray_init_kwargs(None)["dashboard_host"] == "127.0.0.1"
+    assert "dashboard_host" not in ray_init_kwargs("auto")  # joining a cluster: its head decides (ray_cluster.yaml)
+    import yaml
+
+    cluster = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
+    head = " ".join(cluster["head_start_ray_commands"])
+    assert "--dashboard-host=127.0.0.1" in head and "--host 127.0.0.1 --port 5000" in head
+    # AWS: Ray's own security group (SSH from outside, everything else only inside the group);
+    # a custom group would have to be checked by hand, so there must be none
+    provider = cluster["provider"]
+    assert provider["type"] == "aws" and "security_group" not in provider
+    assert "SecurityGroupIds" not in str(cluster["available_node_types"])
