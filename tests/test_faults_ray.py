@@ -148,7 +148,7 @@ def test_twelve_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_c
     space.write_text(LOAD_SPACE)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = sweep_args(demo_dataset, tmp_path, "load", "--space", str(space), "--name", "load", "--num-samples", "12",
-                      "--max-concurrent", "2", "--set", "max_steps_per_epoch=4")
+                      "--max-concurrent", "2", "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8")
     assert tune.main(args) == 0  # the diverging trial does not stop the sweep
     client, runs = runs_of(uri, "load")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]

@@ -1,0 +1,202 @@
+"""The papers' comparisons on real Japanese–English data, run with the platform itself.
+
+    python benchmarks/study.py --tanaka ../shared/data/tanaka-enja --epochs 2 --seeds 1
+    python benchmarks/study.py --table-only          # rebuild docs/results.md from MLflow
+
+Every row is a ``platform.train`` run (Ray Train, one worker) of one model at one size with
+the same budget (epochs over the same data, the same token batch and optimiser), evaluated on
+the test set with ``platform.evaluate --run`` (beam 4, α 0.6), all in the MLflow experiment
+``tanaka-study`` (tags ``study_row``, ``seed``).  Finished (row, seed) pairs are skipped, so an
+interrupted study continues where it stopped.  The table (test BLEU ± std over seeds,
+tokenized BLEU, chrF, UAS of the DBSA heads, parameters, training tokens/s and the paired
+bootstrap p-value of each row against its paper's baseline) goes to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
+
+# row → (model, config overrides)
+ROWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "transformer": ("transformer", {}),
+    "dbsa (enc)": ("dbsa", {"model.p_dec": None}),
+    "dbsa (dec)": ("dbsa", {"model.p_enc": None}),
+    "dbsa (enc+dec)": ("dbsa", {}),
+    "transformer_rel": ("transformer_rel", {}),
+    "deprel (dep)": ("deprel", {}),
+    "deprel (dep+rel)": ("deprel", {"model.use_rel": True}),
+    "seq2seq": ("seq2seq", {}),
+    "tree2seq": ("tree2seq", {}),
+    "hier_tree_gru (gate fixed)": ("hier_tree_gru", {"model.gate": "fixed05"}),
+    "hier_tree_gru (gate learned)": ("hier_tree_gru", {"model.gate": "learned"}),
+    "gumbel_tree (bottom-up)": ("gumbel_tree", {"model.top_down": False}),
+    "gumbel_tree (top-down)": ("gumbel_tree", {"model.top_down": True}),
+}
+# paper → (its baseline row, its rows)
+TABLES: dict[str, tuple[str, list[str]]] = {
+    "Deguchi et al. 2019, Table 2 (dependency-based self-attention)":
+        ("transformer", ["transformer", "dbsa (enc)", "dbsa (dec)", "dbsa (enc+dec)"]),
+    "Omote et al. 2019, Table 2 (dependency-based relative positions)":
+        ("transformer", ["transformer", "transformer_rel", "deprel (dep)", "deprel (dep+rel)"]),
+    "Yang et al. 2017, Tables 3-4 (bidirectional hierarchical tree-GRU)":
+        ("seq2seq", ["seq2seq", "tree2seq", "hier_tree_gru (gate fixed)", "hier_tree_gru (gate learned)"]),
+    "Currey & Heafield 2018, Table 2 (unsupervised Gumbel tree-LSTM)":
+        ("seq2seq", ["seq2seq", "gumbel_tree (bottom-up)", "gumbel_tree (top-down)"]),
+}
+# the shared budget: one size ("sweep": 2+2 layers d 128 / RNN 128), the same batches and optimiser
+BUDGET = {"max_steps_per_epoch": None, "patience": None, "batching.max_tokens": 3000, "optim.lr": 1e-3,
+          "optim.warmup_steps": 400, "eval.max_sentences": 200}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tanaka", default=str(ROOT.parent / "shared" / "data" / "tanaka-enja"),
+                        help="the tanaka-enja directory (CoNLL-U pairs)")
+    parser.add_argument("--dataset", default=str(ROOT / "data" / "tanaka-ja-en"), help="prepared dataset (made if missing)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per row (1, 2, ...)")
+    parser.add_argument("--rows", nargs="*", default=list(ROWS), help="rows to run (default all)")
+    parser.add_argument("--experiment", default="tanaka-study")
+    parser.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'mlflow.db'}")
+    parser.add_argument("--storage-path", default=str(ROOT / "runs"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "results_table.md"))
+    parser.add_argument("--max-steps", type=int, help="cap the steps of an epoch (quick checks only)")
+    parser.add_argument("--table-only", action="store_true", help="only rebuild the table from MLflow")
+    return parser
+
+
+def prepare(args) -> Path:
+    dataset = Path(args.dataset)
+    if not (dataset / "meta.json").exists():
+        from platform import prepare as prep
+
+        tanaka = Path(args.tanaka)
+        prep.main(["--train", str(tanaka / "train"), "--dev", str(tanaka / "dev"), "--test", str(tanaka / "test"),
+                   "--src", "ja", "--tgt", "en", "--out", str(dataset), "--quiet"])
+    return dataset
+
+
+def finished_runs(client, experiment: str) -> list:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    return client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=5000)
+
+
+def run_row(row: str, seed: int, args, dataset: Path) -> None:
+    from platform import evaluate, train
+
+    model, overrides = ROWS[row]
+    settings = {**BUDGET, **overrides, "seed": seed}
+    if args.max_steps:
+        settings["max_steps_per_epoch"] = args.max_steps
+    config = train.resolve_config(model, "sweep", None, [f"{k}={json.dumps(v)}" for k, v in settings.items()],
+                                  max_epochs=args.epochs)
+    slug = row.replace(" ", "").replace("(", "-").replace(")", "").replace("+", "-")
+    job = train.Job(dataset_dir=dataset, workers=1, gpus_per_worker=0.0, cpus_per_worker=2.0, experiment=args.experiment,
+                    tracking_uri=args.tracking_uri, run_name=f"{slug}-s{seed}-{int(time.time())}",
+                    storage_path=args.storage_path, max_failures=1)
+    started = time.time()
+    run_id = train.run(config, job, tags={"study_row": row, "seed": str(seed)})
+    tanaka = Path(args.tanaka)
+    with tempfile.TemporaryDirectory() as scratch:
+        evaluate.main(["--run", run_id, "--test", str(tanaka / "test"), "--src", "ja", "--tgt", "en", "--beam", "4",
+                       "--lenpen", "0.6", "--tracking-uri", args.tracking_uri, "--out", f"{scratch}/test"])
+    sys.stderr.write(f"[study] {row} seed {seed}: run {run_id} in {time.time() - started:.0f} s\n")
+
+
+def hypotheses(client, run_id: str, directory: Path) -> dict[str, list[str]]:
+    tests = [a.path for a in client.list_artifacts(run_id, "test")]
+    local = Path(client.download_artifacts(run_id, tests[0], str(directory / run_id)))
+    return {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
+
+
+def p_value(client, run_id: str, baseline_id: str, directory: Path) -> float | None:
+    """Paired bootstrap (sacrebleu, 1000 resamples) of a run against the baseline run of the same seed."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if run_id == baseline_id:
+        return None
+    mine, base = hypotheses(client, run_id, directory), hypotheses(client, baseline_id, directory)
+    test = PairedTest([("baseline", base["hyp"]), ("system", mine["hyp"])], metrics={"BLEU": BLEU()},
+                      references=[base["ref"]], test_type="bs", n_samples=1000)
+    _, scores = test()
+    return float(scores["BLEU"][1].p_value)
+
+
+def mean_std(values: list[float], scale: float = 1.0) -> str:
+    if not values:
+        return "–"
+    values = [v * scale for v in values]
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def table(args) -> str:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(args.tracking_uri)
+    runs = [r for r in finished_runs(client, args.experiment) if "test_bleu" in r.data.metrics]
+    by_row: dict[str, dict[str, Any]] = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time):
+        by_row.setdefault(run.data.tags["study_row"], {})[run.data.tags["seed"]] = run  # the latest per seed
+    lines = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for paper, (baseline, rows) in TABLES.items():
+            lines += [f"### {paper}", "", "| row | seeds | test BLEU | BLEU (tok) | chrF | UAS enc/dec | params | "
+                      "train tok/s | p vs " + baseline + " |", "|---|---|---|---|---|---|---|---|---|"]
+            for row in rows:
+                seeds = by_row.get(row, {})
+                if not seeds:
+                    lines.append(f"| {row} | 0 | (not run) | | | | | | |")
+                    continue
+                metric = lambda key: [r.data.metrics[key] for r in seeds.values() if key in r.data.metrics]  # noqa: E731
+                uas = "/".join(f"{statistics.mean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k)) or "–"
+                params = metric("num_parameters")
+                pvalues = [p_value(client, run.info.run_id, by_row[baseline][seed].info.run_id, Path(scratch))
+                           for seed, run in seeds.items() if seed in by_row.get(baseline, {})]
+                pvalues = [p for p in pvalues if p is not None]
+                lines.append(f"| {row} | {len(seeds)} | {mean_std(metric('test_bleu'))} | {mean_std(metric('test_bleu_tok'))} | "
+                             f"{mean_std(metric('test_chrf'))} | {uas} | {int(params[0]):,} | "
+                             f"{statistics.mean(metric('tokens_per_s')):,.0f} | "
+                             f"{', '.join(f'{p:.3f}' for p in pvalues) if pvalues else '–'} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    unknown = [row for row in args.rows if row not in ROWS]
+    if unknown:
+        raise SystemExit(f"unknown rows {unknown}; rows: {list(ROWS)}")
+    if not args.table_only:
+        from mlflow.tracking import MlflowClient
+
+        dataset = prepare(args)
+        done = {(r.data.tags.get("study_row"), r.data.tags.get("seed"))
+                for r in finished_runs(MlflowClient(args.tracking_uri), args.experiment) if "test_bleu" in r.data.metrics}
+        for seed in range(1, args.seeds + 1):
+            for row in args.rows:
+                if (row, str(seed)) not in done:
+                    run_row(row, seed, args, dataset)
+    text = table(args)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
