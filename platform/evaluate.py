@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -75,9 +76,16 @@ def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang:
         out.with_name(out.name + ".tok.hyp"): hypotheses,
         out.with_name(out.name + ".tok.ref"): list(references),
     }
-    for path, lines in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    temporary = {path: path.with_name(f".{path.name}.tmp") for path in files}
+    try:  # all four files or none: written aside, then renamed
+        for path, lines in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary[path].write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        for path, tmp in temporary.items():
+            os.replace(tmp, path)
+    finally:
+        for tmp in temporary.values():
+            tmp.unlink(missing_ok=True)
     return list(files)
 
 

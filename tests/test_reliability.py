@@ -228,6 +228,17 @@ def trained_directory(demo_dataset, tmp_path_factory):
     return directory
 
 
+def test_a_full_disk_during_evaluate_leaves_no_partial_output(trained_directory, demo_dataset, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    result = subprocess.run([sys.executable, "-m", "platform.evaluate", "--checkpoint", str(trained_directory / "best.pt"),
+                             "--test", str(demo_dataset / "conllu" / "test"), "--src", "sov", "--tgt", "svo", "--beam", "1",
+                             "--out", str(out / "test")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            preexec_fn=limit_file_size(8 * 1024))
+    assert "File too large" in one_line_error(result)
+    assert list(out.iterdir()) == []
+
+
 def test_resuming_on_data_with_other_subword_models_is_refused(trained_directory, tmp_path):
     from platform import demo
     from platform.prepare import PrepareConfig, prepare_demo
