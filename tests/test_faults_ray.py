@@ -38,17 +38,21 @@ def wait_for(condition, timeout: float, what: str, poll: float = 0.3):
 
 
 def alive_train_workers() -> list[int]:
+    import ray
     from ray.util.state import list_actors
 
-    actors = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")], raise_on_missing_output=False)
+    # this cluster's address: "auto" fails when another Ray instance runs on the machine
+    address = ray.get_runtime_context().gcs_address
+    actors = list_actors(address=address, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+                         raise_on_missing_output=False)
     return sorted(actor.pid for actor in actors)
 
 
 def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_cluster, demo_dataset, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     storage = tmp_path / "runs"
-    args = ["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2", "--max-epochs", "4",
-            "--set", "max_steps_per_epoch=40", "--experiment", "kill-worker", "--tracking-uri", uri,
+    args = ["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2", "--max-epochs", "3",
+            "--set", "max_steps_per_epoch=30", "--experiment", "kill-worker", "--tracking-uri", uri,
             "--storage-path", str(storage), "--max-failures", "1", "--name", "victim"]
     killed: list[int] = []
     failures: list[BaseException] = []
@@ -75,7 +79,7 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
     resumed_from = int(run.data.tags["resumed_from_epoch"])
     assert resumed_from >= 1
     epochs = sorted({int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu")})
-    assert epochs == [1, 2, 3, 4]  # metrics continue: no gap, no second run
+    assert epochs == [1, 2, 3]  # metrics continue: no gap, no second run
     assert killed[0] not in alive_train_workers()
 
 
