@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'mlflow.db'}")
     parser.add_argument("--storage-path", default=str(ROOT / "runs"))
     parser.add_argument("--out", default=str(ROOT / "docs" / "results_table.md"))
+    parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="1 to train each row on a GPU")
     parser.add_argument("--max-steps", type=int, help="cap the steps of an epoch (quick checks only)")
     parser.add_argument("--table-only", action="store_true", help="only rebuild the table from MLflow")
     return parser
@@ -103,7 +104,8 @@ def run_row(row: str, seed: int, args, dataset: Path) -> None:
     config = train.resolve_config(model, "sweep", None, [f"{k}={json.dumps(v)}" for k, v in settings.items()],
                                   max_epochs=args.epochs)
     slug = row.replace(" ", "").replace("(", "-").replace(")", "").replace("+", "-")
-    job = train.Job(dataset_dir=dataset, workers=1, gpus_per_worker=0.0, cpus_per_worker=2.0, experiment=args.experiment,
+    job = train.Job(dataset_dir=dataset, workers=1, gpus_per_worker=args.gpus_per_worker, cpus_per_worker=2.0,
+                    experiment=args.experiment,
                     tracking_uri=args.tracking_uri, run_name=f"{slug}-s{seed}-{int(time.time())}",
                     storage_path=args.storage_path, max_failures=1)
     started = time.time()
@@ -111,7 +113,8 @@ def run_row(row: str, seed: int, args, dataset: Path) -> None:
     tanaka = Path(args.tanaka)
     with tempfile.TemporaryDirectory() as scratch:
         evaluate.main(["--run", run_id, "--test", str(tanaka / "test"), "--src", "ja", "--tgt", "en", "--beam", "4",
-                       "--lenpen", "0.6", "--tracking-uri", args.tracking_uri, "--out", f"{scratch}/test"])
+                       "--lenpen", "0.6", "--tracking-uri", args.tracking_uri, "--out", f"{scratch}/test",
+                       "--device", "cuda" if args.gpus_per_worker else "cpu"])
     sys.stderr.write(f"[study] {row} seed {seed}: run {run_id} in {time.time() - started:.0f} s\n")
 
 
