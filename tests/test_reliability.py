@@ -150,11 +150,10 @@ def free_port() -> int:
 
 
 def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(demo_dataset):
-    started = time.time()
+    # before Ray starts or MLflow's retries run (they would take minutes): the timeout fails a slow check
     result = run_module("platform.train", "--model", "transformer", "--smoke", "--data", demo_dataset,
                         "--tracking-uri", f"http://127.0.0.1:{free_port()}", timeout=120)
     assert "cannot reach the MLflow tracking server" in one_line_error(result)
-    assert time.time() - started < 60
 
 
 class MlflowServer:
