@@ -73,7 +73,7 @@ class Memory:
 
 @dataclass
 class EncodedMemory:
-    """``Memory`` with the attention keys precomputed once per sentence (reordered by beams)."""
+    """``Memory`` with attention keys computed once per sentence (repeated per beam, never reordered)."""
 
     memory: Memory
     keys: Tensor  # [B, N, H]

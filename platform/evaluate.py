@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from platform import tracking
 
     args = build_parser().parse_args(argv)
-    tracking_uri = tracking.resolve_tracking_uri(args.tracking_uri)
+    tracking_uri = tracking.resolve_tracking_uri(args.tracking_uri) if args.run else None  # --checkpoint: no MLflow
     trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint, tracking_uri=tracking_uri, device=args.device)
     trained.check_languages(args.src, args.tgt)
     with tempfile.TemporaryDirectory() as scratch:
@@ -85,7 +85,8 @@ def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang:
             os.replace(tmp, path)
     finally:
         for tmp in temporary.values():
-            tmp.unlink(missing_ok=True)
+            if tmp.is_file():
+                tmp.unlink()
     return list(files)
 
 

@@ -191,8 +191,10 @@ def commit_directory(tmp: Path, out: Path) -> None:
         out.rename(old)
     tmp.rename(out)
     fsync_directory(out.parent)
-    if old.exists():
-        shutil.rmtree(old)
+    if old.exists():  # renamed away first: a kill during the delete must not leave a ".old" to restore
+        trash = out.with_name(f".{out.name}.trash-{os.getpid()}")
+        old.rename(trash)
+        shutil.rmtree(trash)
 
 
 def recover_directory(out: Path) -> None:

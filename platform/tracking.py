@@ -8,6 +8,7 @@ it: per-epoch metrics, hypotheses, plots and the best checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -231,6 +232,7 @@ class RunLogger:
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self.client = client(tracking_uri)
         self.pending: list[tuple[str, Callable[[], Any]]] = []
+        self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none failed)
         self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
         if reopen:  # training (also after a restart from a checkpoint): the run is live again
             self._call("reopen the run", lambda: self.client.update_run(run_id, status="RUNNING"))
@@ -257,30 +259,75 @@ class RunLogger:
         # a copy: the file may be rewritten (plots, best checkpoint) before a delayed upload
         data = Path(path).read_bytes()
         name = Path(path).name
-        self._call(f"artifact {name}", lambda: _log_bytes(self.client, self.run_id, name, data, directory))
+        self._call(f"artifact {directory or '.'}/{name}", lambda: _log_bytes(self.client, self.run_id, name, data, directory),
+                   replaces=True)
 
     def text(self, text: str, artifact_file: str) -> None:
-        self._call(f"artifact {artifact_file}", lambda: log_text(self.tracking_uri, self.run_id, text, artifact_file))
+        self._call(f"artifact {artifact_file}", lambda: log_text(self.tracking_uri, self.run_id, text, artifact_file),
+                   replaces=True)
 
-    def flush(self) -> bool:
-        """Send what is pending, in order; False if the store is still unreachable."""
+    RETRY_AFTER_S = 60.0  # during an outage, new calls queue up without an attempt for this long
+
+    def flush(self, force: bool = False) -> bool:
+        """Send what is pending, in order; False if the store is still unreachable.
+
+        After a failure the queue is retried at most every ``RETRY_AFTER_S`` (unless ``force``),
+        and with MLflow's HTTP retries cut short, so an outage costs rank 0 seconds per epoch,
+        not MLflow's minutes of back-off per call while the other ranks wait in a collective."""
+        if not force and self.pending and time.monotonic() < self._retry_at:
+            return False
         while self.pending:
             what, call = self.pending[0]
             try:
-                call()
+                with _quick_http(self._retry_at > 0):
+                    call()
             except Exception as error:  # noqa: BLE001 - decide below whether it is an outage
-                if _refused(error) or not self.keep_going:
+                if not self.keep_going:
                     self.pending.pop(0)
                     raise
+                if _refused(error):  # retrying cannot help: say what is lost, keep the rest going
+                    self.pending.pop(0)
+                    _warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
+                    continue
+                self._retry_at = time.monotonic() + self.RETRY_AFTER_S
                 _warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
-                      f"for run {self.run_id}, retried with the next one (first: {what})")
+                      f"for run {self.run_id}, retried with a later one (first: {what})")
                 return False
             self.pending.pop(0)
+        self._retry_at = 0.0
         return True
 
-    def _call(self, what: str, call: Callable[[], Any]) -> None:
+    def close(self) -> list[str]:
+        """A last try; returns (and warns about) what could not be logged."""
+        self.flush(force=True)
+        lost = [what for what, _ in self.pending]
+        if lost:
+            _warn(f"MLflow stayed unreachable: not logged to run {self.run_id}: {', '.join(lost)}")
+        return lost
+
+    def _call(self, what: str, call: Callable[[], Any], replaces: bool = False) -> None:
+        if replaces:  # a newer version of the same artifact supersedes a queued one
+            self.pending = [(w, c) for w, c in self.pending if w != what]
         self.pending.append((what, call))
         self.flush()
+
+
+@contextlib.contextmanager
+def _quick_http(enabled: bool):
+    """While catching up after an outage: one HTTP try with a short timeout, not MLflow's minutes."""
+    if not enabled:
+        yield
+        return
+    saved = {key: os.environ.get(key) for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "0", "10"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _log_bytes(mlflow_client, run_id: str, name: str, data: bytes, directory: str | None) -> None:
@@ -291,10 +338,15 @@ def _log_bytes(mlflow_client, run_id: str, name: str, data: bytes, directory: st
 
 
 def _refused(error: BaseException) -> bool:
-    """The server answered and refused (4xx): retrying cannot help."""
-    from mlflow.exceptions import RestException
+    """The store answered and refused the call (a 4xx-class MLflow error): retrying cannot help."""
+    from mlflow.exceptions import MlflowException
 
-    return isinstance(error, RestException) and 400 <= int(getattr(error, "get_http_status_code", lambda: 500)()) < 500
+    if not isinstance(error, MlflowException):
+        return False
+    try:
+        return 400 <= int(error.get_http_status_code()) < 500
+    except (TypeError, ValueError):
+        return False
 
 
 def _one_line(error: BaseException) -> str:
@@ -309,24 +361,33 @@ def _warn(message: str) -> None:
     sys.stderr.flush()
 
 
-def check_reachable(tracking_uri: str, timeout: float = 5.0) -> None:
-    """Fail fast with one line when the store cannot be used, before any training starts."""
+def _unreachable(url: str, timeout: float) -> str | None:
+    """Why nothing usable answers at ``url`` (None if something does)."""
+    import ssl
     import urllib.error
     import urllib.request
 
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - the user's own tracking server
+            return None
+    except urllib.error.HTTPError as error:  # a server answered: fine unless it is failing (5xx)
+        return f"HTTP {error.code} {error.reason}" if error.code >= 500 else None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, ssl.SSLError):
+            return None  # TLS settings are MLflow's business (MLFLOW_TRACKING_SERVER_CERT_PATH, ...)
+        return str(reason)
+
+
+def check_reachable(tracking_uri: str, timeout: float = 5.0) -> None:
+    """Fail fast with one line when the store cannot be used, before any training starts."""
     from platform.errors import UserError
 
     if tracking_uri.startswith(("http://", "https://")):
-        url = tracking_uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - the user's own tracking server
-                return
-        except urllib.error.HTTPError:
-            return  # something answers (older servers have no /health)
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
+        reason = _unreachable(tracking_uri.rstrip("/") + "/health", timeout)
+        if reason is not None:
             raise UserError(f"cannot reach the MLflow tracking server at {tracking_uri} ({reason}); start it "
-                            f"(mlflow server --host 127.0.0.1 ...) or pass another --tracking-uri") from None
+                            f"(mlflow server --host 127.0.0.1 ...) or pass another --tracking-uri")
     elif tracking_uri.startswith("sqlite:///"):
         directory = Path(tracking_uri[len("sqlite:///"):]).parent
         if not directory.is_dir():

@@ -125,8 +125,12 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     ctx = Context.from_torch_distributed(ray.train.torch.get_device())
     dataset = Dataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, loop["dataset_dir"])
-    fit(config, dataset, ctx, hooks, log=_write_line)
-    hooks.finish()
+    try:
+        fit(config, dataset, ctx, hooks, log=_write_line)
+        hooks.finish()
+    finally:
+        if hooks.logger is not None:
+            hooks.logger.close()  # a last try at what an outage held back; says what is lost
 
 
 def _write_line(line: str) -> None:
@@ -153,6 +157,7 @@ class RayHooks:
             if reason:  # Ray restarted a worker group that diverged: it would diverge again
                 from platform.training import Diverged
 
+                self.logger.tag("retry_refused", "the run diverged; a restart would diverge again")
                 raise Diverged(reason)
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
@@ -172,7 +177,19 @@ class RayHooks:
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
             self.logger.tag("restarts", str(restarts))
             self.logger.tag("resumed_from_epoch", str(state["progress"]["epoch"]))
+            self._relog_missing_epochs()
         return state
+
+    def _relog_missing_epochs(self) -> None:
+        """Epochs in the checkpoint whose metrics never reached MLflow (an outage before the
+        failure) are logged now, so the run's curves have no gap."""
+        try:
+            logged = {int(m.step) for m in self.logger.client.get_metric_history(self.logger.run_id, "epoch")}
+        except Exception:  # noqa: BLE001 - unreachable: the buffered logger will catch up anyway
+            logged = set()
+        for metrics in self.history:
+            if int(metrics["epoch"]) not in logged:
+                self.logger.metrics(metrics, step=int(metrics["epoch"]))
 
     def diverged(self, reason: str) -> None:
         if self.logger is not None:
@@ -227,13 +244,10 @@ class RayHooks:
             from platform.diagnostics import log_parse_heat_map
 
             log_parse_heat_map(self.logger, self.workdir / "best" / CHECKPOINT_FILE, self.dataset_dir, self.workdir)
-            for _ in range(3):  # a tracking outage at the very end: a last few tries, then say what is missing
-                if self.logger.flush():
+            for _ in range(3):  # a tracking outage at the very end: a few more tries (close() reports the rest)
+                if self.logger.flush(force=True):
                     return
                 time.sleep(10)
-            missing = ", ".join(what for what, _ in self.logger.pending)
-            raise RuntimeError(f"MLflow stayed unreachable: not logged to run {self.logger.run_id}: {missing} "
-                               f"(the checkpoints are in the Ray storage path)")
 
 
 # ------------------------------------------------------------------------------ the driver

@@ -205,10 +205,11 @@ class LossSums:
     def counts(self) -> Tensor:
         return torch.stack([self.num_tokens, self.enc_count, self.dec_count]).float()
 
-    def nonfinite(self) -> Tensor:
-        """1.0 if any loss term is NaN/inf on this rank, else 0.0."""
-        terms = torch.stack([self.token_loss.detach(), self.enc_loss.detach(), self.dec_loss.detach()]).float()
-        return (~torch.isfinite(terms)).any().float()
+    def nonfinite(self, lambda_enc: float = 0.0, lambda_dec: float = 0.0) -> Tensor:
+        """1.0 if a loss term of the objective (one with a non-zero weight) is NaN/inf here, else 0.0."""
+        terms = [self.token_loss] + [loss for loss, weight in ((self.enc_loss, lambda_enc), (self.dec_loss, lambda_dec))
+                                     if weight]
+        return (~torch.isfinite(torch.stack([t.detach().float() for t in terms]))).any().float()
 
 
 def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float) -> LossSums:
@@ -294,7 +295,8 @@ def train_step(model: nn.Module, optimizer, scheduler, batch: Batch, config: Tra
     sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing)
     # one all-reduce carries the global counts and how many ranks saw a non-finite loss, so
     # every rank stops at the same step (a rank raising alone would leave the others in DDP)
-    reduced = ctx.all_reduce(torch.cat([sums.counts(), sums.nonfinite().reshape(1)]))
+    weights = getattr(config.model, "lambda_enc", 0.0), getattr(config.model, "lambda_dec", 0.0)
+    reduced = ctx.all_reduce(torch.cat([sums.counts(), sums.nonfinite(*weights).reshape(1)]))
     global_counts, bad_ranks = reduced[:3], int(reduced[3])
     loss = combine(sums, global_counts, config.model, ctx.world_size)
     if bad_ranks or not torch.isfinite(loss):

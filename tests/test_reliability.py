@@ -66,10 +66,11 @@ def test_a_checkpoint_writer_killed_at_random_moments_never_leaves_a_corrupt_che
     for _ in range(6):
         writer = subprocess.Popen([sys.executable, str(script)])
         deadline = time.time() + 60
-        while not path.exists() and time.time() < deadline:
+        while not (path.exists() and list(tmp_path.glob(".last.pt.tmp-*"))) and time.time() < deadline:  # a save began
             assert writer.poll() is None, "the writer died on its own"
-            time.sleep(0.05)
-        time.sleep(rng.uniform(0.05, 0.6))  # somewhere inside torch.save, the fsync or the rename
+            time.sleep(0.001)
+        time.sleep(rng.uniform(0.0, 0.05))  # somewhere inside torch.save, the fsync or the rename
+        assert writer.poll() is None
         writer.send_signal(signal.SIGKILL)
         writer.wait()
         kills += 1
@@ -78,6 +79,8 @@ def test_a_checkpoint_writer_killed_at_random_moments_never_leaves_a_corrupt_che
         # a reader only ever opens the final name; what a kill leaves is a hidden temp file
         assert {p.name for p in tmp_path.iterdir()} - {"last.pt", "writer.py"} <= {
             p.name for p in tmp_path.glob(".last.pt.tmp-*")}
+        for leftover in tmp_path.glob(".last.pt.tmp-*"):  # so the next round waits for a save of its own
+            leftover.unlink()
     assert kills == 6
 
 
@@ -89,7 +92,8 @@ def test_prepare_killed_midway_leaves_no_dataset_and_the_next_run_succeeds(tmp_p
     deadline = time.time() + 60
     while not (tmp_path / ".demo.tmp").exists() and time.time() < deadline:  # working, not finished
         time.sleep(0.05)
-    time.sleep(0.5)
+    time.sleep(0.2)
+    assert victim.poll() is None, "prepare finished before it could be killed"
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert not out.exists()  # nothing a later step could mistake for a dataset
@@ -171,17 +175,17 @@ class MlflowServer:
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
              "--backend-store-uri", f"sqlite:///{self.directory}/mlflow.db",
              "--artifacts-destination", str(self.directory / "artifacts"), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=open(self.directory / "server.log", "ab"), start_new_session=True)
         import urllib.request
 
-        deadline = time.time() + 90
-        while time.time() < deadline:
+        deadline = time.time() + 180
+        while time.time() < deadline and self.process.poll() is None:
             try:
                 urllib.request.urlopen(f"{self.uri}/health", timeout=2)
                 return
             except OSError:
                 time.sleep(0.3)
-        raise RuntimeError("mlflow server did not start")
+        raise RuntimeError("mlflow server did not start: " + (self.directory / "server.log").read_text()[-2000:])
 
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
@@ -206,8 +210,8 @@ def test_a_tracking_outage_during_training_is_buffered_and_logged_once_the_serve
         logger.text("hypotheses of epoch 2\n", "dev_hypotheses/epoch_002.txt")
         assert len(logger.pending) == 2 and "MLflow unreachable" in capsys.readouterr().err
         server.start()
-        logger.metrics({"dev_bleu": 3.0}, step=3)  # sends what was kept, in order, then this
-        assert logger.pending == []
+        logger.metrics({"dev_bleu": 3.0}, step=3)  # queued behind the others, or sent with them once retried
+        assert logger.close() == [] and logger.pending == []  # the last try at the end sends everything, in order
         client = MlflowClient(server.uri)
         assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [(1, 1.0), (2, 2.0), (3, 3.0)]
         assert [a.path for a in client.list_artifacts(run_id, "dev_hypotheses")] == ["dev_hypotheses/epoch_002.txt"]
@@ -236,6 +240,15 @@ def test_a_full_disk_during_evaluate_leaves_no_partial_output(trained_directory,
                             preexec_fn=limit_file_size(8 * 1024))
     assert "File too large" in one_line_error(result)
     assert list(out.iterdir()) == []
+
+
+def test_evaluate_writes_its_output_files_all_or_none(tmp_path):
+    from platform.evaluate import write_outputs
+
+    (tmp_path / ".test.tok.hyp.tmp").mkdir()  # the third of the four files cannot be written
+    with pytest.raises(IsADirectoryError):
+        write_outputs(tmp_path / "test", ["a b"], ["a b"], "en")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".test.tok.hyp.tmp"]  # no file, no temp file
 
 
 def test_resuming_on_data_with_other_subword_models_is_refused(trained_directory, tmp_path):
