@@ -224,9 +224,10 @@ def log_text(tracking_uri: str, run_id: str, text: str, artifact_file: str) -> N
 class RunLogger:
     """What rank 0 writes to an open run.
 
-    A tracking outage never stops training: a call that still fails after MLflow's own HTTP
-    retries is kept, in order, and sent before the next one (a warning says so).  Only an
-    answer from the server that refuses the call (a bad request) is an error."""
+    For training (``keep_going``), a tracking outage never stops the run: a call that still fails
+    after MLflow's own HTTP retries is kept, in order, and retried with later calls (at most once
+    a minute, see ``flush``); a call the store refuses (4xx) is dropped with a warning; ``close``
+    makes a last try and names what is lost.  For a CLI (``keep_going=False``) any failure raises."""
 
     def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None):
         self.tracking_uri, self.run_id = tracking_uri, run_id
