@@ -59,9 +59,11 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
 
     def kill_one_worker_after_the_first_checkpoint():
         try:
-            wait_for(lambda: list(storage.glob("victim/checkpoint_*/checkpoint.pt")), 300, "the first checkpoint")
+            # registered by Ray (in its snapshot), not merely being copied into storage
+            snapshot = storage / "victim" / "checkpoint_manager_snapshot.json"
+            wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text(), 300, "the first checkpoint")
             pids = wait_for(lambda: (p := alive_train_workers()) and len(p) == 2 and p, 60, "two live workers")
-            time.sleep(1.0)  # into epoch 2
+            time.sleep(0.5)  # into epoch 2
             os.kill(pids[-1], signal.SIGKILL)
             killed.append(pids[-1])
         except BaseException as error:  # noqa: BLE001 - reported by the test below
