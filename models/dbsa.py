@@ -5,7 +5,7 @@ head.  It has its own projections to the head dimension and attends from each to
 (predicted) syntactic head:
 
     Q_parse = X W^Q,  K_parse = X W^K,  V_parse = X W^V                      (eq. 11–13)
-    S = Q_parse U1 K_parseᵀ + 1 (K_parse u)ᵀ                                   (eq. 14, see below)
+    S = (d_k^-1/2 Q_parse) U1 K_parseᵀ + 1 (K_parse u)ᵀ                        (eq. 14, see below)
     A_parse = softmax(S)     (over allowed key positions)                       (eq. 15)
     M_parse = A_parse V_parse                                                   (eq. 16)
 
@@ -15,12 +15,33 @@ which the row softmax cancels.  We implement the biaffine *key-side* bias ``K_pa
 head is causally masked (their Figure 3).  ``A_parse`` is trained towards each token's head
 (eq. 17); the log-probabilities are returned so the loss ``e_tok + λ_enc e_enc + λ_dec e_dec``
 (eq. 18) is computed by the training code.
+
+**Scale and initialisation (a deviation from eq. 14 as printed, following the authors'
+release).**  The paper's eq. 14 has no scale; unscaled, an untrained head's scores are so
+large that its parse cross-entropy on 25-token sentences starts near 17 nats instead of
+log 25 ≈ 3.2, and with λ = 1 it dominates the first updates.  Like the authors' fairseq code
+(``de9uch1/dbsa``, ``DependencyBasedSelfAttention``) we scale the parse queries by
+``d_k^-1/2`` (as in eq. 1's scaled dot product), initialise ``U1`` Xavier-uniform with gain
+``1/√2`` and ``u`` with zeros, so an untrained head is close to uniform over the allowed keys
+(tested: within a nat of log n).  Dozat & Manning's zero-initialised biaffine would start
+exactly uniform; we follow the release the paper's numbers came from.
+
+**Decoder positions.**  ``decoder_parse_targets`` supervises, by default, the position whose
+*input* is y_i (it attends to the input position of y_i's head, hidden when that head lies in
+the future: the paper's Figure 3 masking).  The authors' release supervises the position that
+*predicts* y_i (input y_{i-1}) instead, attending to the position that predicts its head;
+``supervise="output"`` selects that (the model knob ``dec_parse_target``).
 """
 
 from __future__ import annotations
 
+import math
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
+
+DecoderParseTarget = Literal["input", "output"]
 
 IGNORE_INDEX = -100  # the cross-entropy ignore index used for unsupervised positions
 
@@ -33,7 +54,13 @@ class BiaffineParseHead(nn.Module):
         self.value = nn.Linear(d_model, head_dim)  # W^V_parse, eq. 13
         self.bilinear = nn.Parameter(torch.empty(head_dim, head_dim))  # U1, eq. 14
         self.key_bias = nn.Parameter(torch.zeros(head_dim))  # u: the head prior (replaces Q U2)
-        nn.init.xavier_uniform_(self.bilinear)
+        self.scale = head_dim ** -0.5  # the d_k^-1/2 of scaled dot-product attention (module doc)
+        self.reset_biaffine()
+
+    def reset_biaffine(self) -> None:
+        """U1 Xavier-uniform with gain 1/√2 and u = 0, as the authors' release (module doc)."""
+        nn.init.xavier_uniform_(self.bilinear, gain=1.0 / math.sqrt(2.0))
+        nn.init.zeros_(self.key_bias)
 
     def project_keys(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """K_parse, V_parse of x [B, S, D] → ([B, S, K], [B, S, K]) (cached while decoding)."""
@@ -43,7 +70,7 @@ class BiaffineParseHead(nn.Module):
         """x [B, Sq, D]; keys/values [B, Sk, K]; allowed [B, Sq, Sk] bool.
 
         Returns M_parse [B, Sq, K] and log A_parse [B, Sq, Sk] (−inf where not allowed)."""
-        q = self.query(x)  # [B, Sq, K]
+        q = self.query(x) * self.scale  # d_k^-1/2 Q_parse: [B, Sq, K]
         scores = (q @ self.bilinear) @ keys.transpose(1, 2)  # Q U1 Kᵀ: [B, Sq, Sk]
         scores = scores + (keys @ self.key_bias)[:, None, :]  # + K u, the same for every query
         scores = scores.masked_fill(~allowed, float("-inf"))
@@ -57,15 +84,20 @@ def encoder_parse_targets(src_heads: Tensor) -> Tensor:
     return src_heads.masked_fill(src_heads < 0, IGNORE_INDEX)
 
 
-def decoder_parse_targets(tgt_heads: Tensor) -> Tensor:
-    """Targets over decoder *input* positions (BOS y1 .. yT) from tgt_heads [B, T] → [B, T+1].
+def decoder_parse_targets(tgt_heads: Tensor, supervise: DecoderParseTarget = "input") -> Tensor:
+    """Targets over the decoder positions (inputs BOS y1 .. yT) from tgt_heads [B, T] → [B, T+1].
 
-    Token y_i sits at input position i+1 and its head y_h at h+1.  Position 0 (BOS) and every
-    token whose head lies in the future (h > i, hidden by the causal mask) are not supervised."""
+    ``input`` (default): token y_i (0-based i) has *input* position i+1 and its head y_h has
+    h+1; position 0 (BOS) is unsupervised.  ``output`` (the authors' release): y_i is
+    *predicted* at position i, which attends to position h (where y_h is predicted); the last
+    position (it predicts EOS) is unsupervised.  Either way a token whose head lies in the
+    future (h > i, hidden by the causal mask) is not supervised."""
     batch, length = tgt_heads.shape
     positions = torch.arange(length, device=tgt_heads.device)[None, :]  # [1, T]
     supervised = (tgt_heads >= 0) & (tgt_heads <= positions)
-    targets = torch.where(supervised, tgt_heads + 1, torch.full_like(tgt_heads, IGNORE_INDEX))
-    bos = torch.full((batch, 1), IGNORE_INDEX, dtype=targets.dtype, device=targets.device)
-    return torch.cat([bos, targets], dim=1)
+    shift = 1 if supervise == "input" else 0
+    targets = torch.where(supervised, tgt_heads + shift, torch.full_like(tgt_heads, IGNORE_INDEX))
+    unsupervised = torch.full((batch, 1), IGNORE_INDEX, dtype=targets.dtype, device=targets.device)
+    parts = [unsupervised, targets] if supervise == "input" else [targets, unsupervised]
+    return torch.cat(parts, dim=1)
 

@@ -18,6 +18,11 @@ tree is a parent array like ``Source.tree_parent``.  With ``top_down`` a GRU run
 down (eq. 5-8, one set of weights for left and right) and the decoder attends over the
 top-down word nodes only; without it, over words and phrases (§3.4).
 
+The word nodes the decoder attends to (and the top-down pass starts from) are the tree's
+leaves, i.e. the leaf states ``h`` the tree-LSTM composes (Choi et al.'s leaf transformation
+of the BiLSTM states), so every attended node is a node of the induced tree; the BiLSTM
+states themselves only feed that transformation.
+
 Shape legend: B batch, S longest sentence, P packed current nodes, Q packed pairs, H node dim.
 """
 
@@ -95,7 +100,7 @@ class GumbelTreeEncoder(nn.Module):
         ids = position  # node id of each packed node
         parent = torch.full((batch, 2 * width - 1), -1, dtype=torch.long, device=leaves.device)
         nodes = leaves.new_zeros(batch, 2 * width - 1, dim)
-        nodes[:, :width] = leaves
+        nodes[:, :width] = h0 * src.valid[..., None]  # the tree's word nodes: the leaf h it composes
         for step in range(width - 1):
             pairs = torch.nonzero(sentence[:-1] == sentence[1:]).flatten()  # left node of each pair
             if pairs.numel() == 0:

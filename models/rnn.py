@@ -5,8 +5,8 @@
 * ``AttentionDecoder``: the input-feeding decoder of Luong et al. 2015 with ``general``
   (Luong) or additive (Bahdanau et al. 2015) scores over an encoder *memory* (words, or words
   and phrase nodes for the tree encoders).  With a ``gate`` it computes the weighted attention
-  of Yang et al. 2017 (eq. 4): separate contexts over lexical and phrase nodes mixed by a
-  scalar β — fixed, or predicted from the decoder state.
+  of Yang et al. 2017 (eq. 4): one attention over all nodes whose lexical and phrase parts are
+  mixed by a scalar β — fixed, or predicted from the composite hidden state h̃.
 * ``RecurrentTranslator``: encoder + decoder with the decoding interface of ``models.search``
   (``encode``, ``start_state``, ``step``); the four models differ only in their encoder.
 
@@ -154,7 +154,7 @@ class AttentionDecoder(nn.Module):
         self.output = nn.Linear(d, vocab)
         self.dropout = nn.Dropout(config.dropout)
         self.gate = gate
-        self.beta = nn.Linear(d, 1) if gate == "learned" else None  # β_t = σ(w·s_t + b)
+        self.beta = nn.Linear(d, 1) if gate == "learned" else None  # β_t = σ(w·h̃_{t-1} + b)
 
     def prepare(self, memory: Memory) -> EncodedMemory:
         return EncodedMemory(memory=memory, keys=self.key(memory.states))
@@ -170,29 +170,36 @@ class AttentionDecoder(nn.Module):
             hidden, cell = self.cell(x, (state.hidden, state.cell))
         else:
             hidden, cell = self.cell(x, state.hidden), state.cell
-        context = self.context(encoded, hidden)  # [B, H]
+        context = self.context(encoded, hidden, state.feed)  # [B, H]
         feed = torch.tanh(self.combine(torch.cat([context, hidden], dim=-1)))  # h̃_t
         logits = self.output(self.dropout(feed))
         return logits, RNNState(hidden=hidden, cell=cell, feed=feed)
 
-    def context(self, encoded: EncodedMemory, hidden: Tensor) -> Tensor:
+    def context(self, encoded: EncodedMemory, hidden: Tensor, feed: Tensor) -> Tensor:
+        """c_t from one attention over all memory nodes (Yang et al. §3.4: "the phrase and
+        lexical context vectors are learned by a single attention model").  With a gate, its
+        lexical and phrase parts are weighted by (1 − β_t) and β_t (their eq. 4), so β = 0.5
+        is exactly half the plain tree attention (their eq. 2)."""
         memory = encoded.memory
-        scores = self.scores(encoded.keys, hidden)  # [B, N]
+        weights = masked_softmax(self.scores(encoded.keys, hidden), memory.valid)  # [B, N]: one softmax
         if self.gate is None:
-            weights = masked_softmax(scores, memory.valid)
-            return (weights[:, None, :] @ memory.states)[:, 0]
-        lexical = masked_softmax(scores, memory.valid & memory.lexical)  # [B, N]
-        phrase = masked_softmax(scores, memory.valid & ~memory.lexical)
+            return (weights[:, None, :] @ memory.states)[:, 0]  # [B, H]
+        lexical = weights * memory.lexical  # [B, N]: the word nodes' share of the one distribution
         c_lex = (lexical[:, None, :] @ memory.states)[:, 0]  # [B, H]
-        c_phrase = (phrase[:, None, :] @ memory.states)[:, 0]
-        beta = self.gate_value(hidden, memory)  # [B, 1]
+        c_phrase = ((weights - lexical)[:, None, :] @ memory.states)[:, 0]
+        beta = self.gate_value(feed, memory)  # [B, 1]
         return (1.0 - beta) * c_lex + beta * c_phrase  # Yang et al. eq. 4
 
-    def gate_value(self, hidden: Tensor, memory: Memory) -> Tensor:
+    def gate_value(self, feed: Tensor, memory: Memory) -> Tensor:
+        """β_t: fixed, or σ(w·h̃_{t-1} + b) from the target composite hidden state.  Yang et al.
+        take the gate from the composite state h̃ ("dominated by the target composite hidden
+        state alone"); h̃_t itself needs c_t, so β_t reads the previous one, h̃_{t-1}, the
+        vector input feeding carries (zero at t = 1).  A one-word sentence has no phrase node:
+        its β is 0 (all weight on the word)."""
         if self.gate == "learned":
-            beta = torch.sigmoid(self.beta(hidden))
+            beta = torch.sigmoid(self.beta(feed))
         else:
-            beta = hidden.new_full((hidden.shape[0], 1), FIXED_BETA[self.gate])
+            beta = feed.new_full((feed.shape[0], 1), FIXED_BETA[self.gate])
         has_phrases = (memory.valid & ~memory.lexical).any(dim=-1, keepdim=True)  # one-word sentences
         return torch.where(has_phrases, beta, torch.zeros_like(beta))
 

@@ -91,10 +91,16 @@ def beam_search(model, src: Source, *, beam: int = 4, alpha: float = 0.6, max_le
     ending in EOS among the top ``beam`` are finished (scored with the length penalty), the
     best ``beam`` others stay alive.  A sentence is done when it has ``beam`` finished
     hypotheses and the best alive one, scored at its current length, no longer beats the
-    ``beam``-th of them (the criterion of Hugging Face's ``early_stopping=False``).  With
-    ``beam=1`` this is exactly greedy search.  EOS is forced at the maximum length."""
+    ``beam``-th of them.  The stop is exact: "no longer beats" uses the best *final* score the
+    alive hypothesis could still reach (``_best_final_score``: with α > 0 a longer hypothesis
+    is divided by a larger penalty, so its score can still rise although its log-probability
+    only falls), not its score at the current length (Hugging Face's ``early_stopping=False``
+    heuristic, which can stop before a live hypothesis overtakes the finished ones).  With
+    ``beam=1`` and ``alpha=0`` this is exactly greedy search (with α > 0 beam 1 may continue
+    past greedy's EOS when a longer hypothesis can still score better).  EOS is forced at the maximum length."""
     batch, device = src.ids.shape[0], src.ids.device
-    limit = max_output_length(src, max_len_a, max_len_b).repeat_interleave(beam)  # [B·beam]
+    sentence_limit = max_output_length(src, max_len_a, max_len_b)  # [B]
+    limit = sentence_limit.repeat_interleave(beam)  # [B·beam]
     rows = torch.arange(batch, device=device).repeat_interleave(beam)  # sentence of each row
     encoded = model.encode(src)
     encoded = reorder(encoded, rows)
@@ -115,7 +121,7 @@ def beam_search(model, src: Source, *, beam: int = 4, alpha: float = 0.6, max_le
         origin, token = top_index // vocab, top_index % vocab
         _collect_finished(finished, done, top_scores, origin, token, histories, beam, eos_id, alpha, step)
         alive_scores, alive_pick = _best_alive(top_scores, token, eos_id, beam)  # [B, beam]
-        best_possible = alive_scores[:, 0] / length_penalty(step + 1, alpha)
+        best_possible = _best_final_score(alive_scores[:, 0], step, sentence_limit, alpha)  # [B]
         _stop_when_unbeatable(finished, done, best_possible, beam)
         if bool(done.all()):
             break
@@ -147,6 +153,15 @@ def _collect_finished(finished, done, top_scores, origin, token, histories, beam
         log_prob = float(top_scores[b, k])
         finished[b].append(Hypothesis(tokens=histories[row].tolist(), log_prob=log_prob,
                                       score=log_prob / length_penalty(step + 1, alpha)))
+
+
+def _best_final_score(alive_log_prob: Tensor, step: int, limit: Tensor, alpha: float) -> Tensor:
+    """[B] an upper bound, reached in the best case, of the final score of an alive hypothesis
+    with log-probability ``alive_log_prob`` (≤ 0) after ``step + 1`` tokens: it finishes with
+    |Y| ∈ [step + 2, limit] (EOS included) and log P ≤ ``alive_log_prob``, so its score is at
+    most ``alive_log_prob / lp(|Y|)``, largest at |Y| = limit for α ≥ 0 (at step + 2 for α < 0)."""
+    longest = limit.to(alive_log_prob.dtype) if alpha >= 0 else torch.full_like(alive_log_prob, step + 2.0)
+    return alive_log_prob / length_penalty(longest.clamp(min=step + 2.0), alpha)
 
 
 def _stop_when_unbeatable(finished, done, best_possible: Tensor, beam: int) -> None:

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from models.dbsa import BiaffineParseHead
+from models.dbsa import BiaffineParseHead, DecoderParseTarget
 from models.inputs import ModelOutput, Source
 from models.layers import Embedding, FeedForward, MultiHeadAttention, RelativeLabels, Residual
 from models.relative import RelativeEmbeddings, depth_labels, position_labels
@@ -52,6 +52,7 @@ class TransformerConfig:
     p_dec: int | None = None
     lambda_enc: float = 1.0  # loss weights of eq. 18, read by the training loss
     lambda_dec: float = 1.0
+    dec_parse_target: DecoderParseTarget = "input"  # which decoder position is supervised (models/dbsa.py)
 
     def validate(self) -> None:
         """Raise ValueError for any inconsistent setting (called by ``build_model``)."""
@@ -166,6 +167,9 @@ class Transformer(nn.Module):
         _init_weights(self, config.d_model)
         if config.tie_target_embeddings:
             self.generator.weight = self.tgt_embed.tokens.weight
+        for module in self.modules():
+            if isinstance(module, BiaffineParseHead):
+                module.reset_biaffine()  # its own initialisation (models/dbsa.py), not the generic one
 
     def _self_attention(self, layer: int, encoder: bool) -> MultiHeadAttention:
         c = self.config
@@ -249,8 +253,6 @@ def _init_weights(model: nn.Module, d_model: int) -> None:
             nn.init.normal_(parameter, mean=0.0, std=d_model ** -0.5)
             with torch.no_grad():
                 parameter[0].zero_()  # the padding embedding
-        elif "key_bias" in name:
-            nn.init.zeros_(parameter)
         elif parameter.dim() >= 2:
             nn.init.xavier_uniform_(parameter)
         elif name.endswith("bias"):

@@ -19,7 +19,9 @@ from platform.errors import UserError
 SPLITS = ("train", "dev", "test")
 META_FILE = "meta.json"
 CONFIG_FILE = "config.yaml"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# what changed in each version, for the error that refuses an older dataset
+FORMAT_CHANGES = {2: "src_depth/tgt_depth are word-level depths (Omote et al.), not subword-tree depths"}
 
 _ids = pa.list_(pa.int32())
 SCHEMA = pa.schema(
@@ -56,5 +58,6 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: unreadable dataset metadata: {error}") from None
     if meta.get("format_version") != FORMAT_VERSION:
-        raise UserError(f"{path}: dataset format {meta.get('format_version')!r}, this code reads {FORMAT_VERSION}; prepare it again")
+        raise UserError(f"{path}: dataset format {meta.get('format_version')!r}, this code reads {FORMAT_VERSION} "
+                        f"({FORMAT_CHANGES[FORMAT_VERSION]}); prepare it again")
     return meta

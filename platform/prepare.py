@@ -37,7 +37,7 @@ from platform import demo
 from platform.conllu import Sentence, read_conllu
 from platform.errors import InputError, UserError, run_cli
 from platform.subwords import SubwordConfig, SubwordModel, train_subwords
-from platform.trees import binary_tree, depths, project_heads
+from platform.trees import binary_tree, project_heads, word_depths
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +135,8 @@ def encode_corpus(
 def side_columns(side: str, sentence: Sentence, ids: list[int], word: list[int], subword_head: str) -> dict[str, Any]:
     """The Parquet columns of one side of a pair (the binary tree for the source only)."""
     heads = project_heads(sentence.heads, word, subword_head)
-    row = {f"{side}_ids": ids, f"{side}_heads": heads, f"{side}_word": word, f"{side}_depth": depths(heads),
+    row = {f"{side}_ids": ids, f"{side}_heads": heads, f"{side}_word": word,
+           f"{side}_depth": word_depths(sentence.heads, word),  # Omote: word depths (platform/trees.py)
            f"{side}_text": sentence.text}
     if side == "src":
         row["src_tree_parent"] = binary_tree(sentence.heads, word)

@@ -212,14 +212,21 @@ class LossSums:
         return (~torch.isfinite(torch.stack([t.detach().float() for t in terms]))).any().float()
 
 
-def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float) -> LossSums:
+def parse_targets(batch: Batch, model_config) -> tuple[Tensor, Tensor]:
+    """The parse heads' targets of ``batch``: encoder [B, S], decoder [B, T+1] (models/dbsa.py)."""
+    supervise = getattr(model_config, "dec_parse_target", "input")
+    return encoder_parse_targets(batch.src_heads), decoder_parse_targets(batch.tgt_heads, supervise)
+
+
+def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float, model_config=None) -> LossSums:
     logits = output.logits.float().reshape(-1, output.logits.shape[-1])  # [B·T, V]
     targets = tgt_out.reshape(-1)
     token_loss = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
     token_nll = F.cross_entropy(logits.detach(), targets, ignore_index=PAD_ID, reduction="sum")
     zero = token_loss.new_zeros(())
-    enc_loss, enc_count = _parse_loss(output.enc_parse_logprobs, encoder_parse_targets(batch.src_heads), zero)
-    dec_loss, dec_count = _parse_loss(output.dec_parse_logprobs, decoder_parse_targets(batch.tgt_heads), zero)
+    enc_targets, dec_targets = parse_targets(batch, model_config)
+    enc_loss, enc_count = _parse_loss(output.enc_parse_logprobs, enc_targets, zero)
+    dec_loss, dec_count = _parse_loss(output.dec_parse_logprobs, dec_targets, zero)
     return LossSums(token_loss, token_nll, (targets != PAD_ID).sum(), enc_loss, enc_count, dec_loss, dec_count)
 
 
@@ -292,7 +299,7 @@ def train_step(model: nn.Module, optimizer, scheduler, batch: Batch, config: Tra
     tgt_in, tgt_out = teacher_forcing(batch)
     with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
         output = model(to_source(batch), tgt_in)
-    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing)
+    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
     # one all-reduce carries the global counts and how many ranks saw a non-finite loss, so
     # every rank stops at the same step (a rank raising alone would leave the others in DDP)
     weights = getattr(config.model, "lambda_enc", 0.0), getattr(config.model, "lambda_dec", 0.0)
@@ -332,7 +339,7 @@ def evaluate(model: nn.Module, examples: ParquetExamples, config: TrainConfig, t
     hypotheses: dict[int, str] = {}
     for indices in _eval_batches(order, examples, config.eval.max_tokens):
         batch = examples.collate(indices).to(ctx.device)
-        _score_batch(model, batch, totals)
+        _score_batch(model, batch, totals, config.model)
         for index, text in zip(indices.tolist(), _decode(model, batch, config, tgt_model, beam)):
             hypotheses[index] = text
     ordered = [hypotheses[i] for i in range(limit)]
@@ -359,14 +366,15 @@ def _eval_batches(order: np.ndarray, examples: ParquetExamples, max_tokens: int)
         start = end
 
 
-def _score_batch(model: nn.Module, batch: Batch, totals: dict) -> None:
+def _score_batch(model: nn.Module, batch: Batch, totals: dict, model_config) -> None:
     tgt_in, tgt_out = teacher_forcing(batch)
     output = model(to_source(batch), tgt_in)
-    sums = loss_sums(output, batch, tgt_out, label_smoothing=0.0)
+    sums = loss_sums(output, batch, tgt_out, label_smoothing=0.0, model_config=model_config)
+    enc_targets, dec_targets = parse_targets(batch, model_config)
     totals["nll"] += float(sums.token_nll)
     totals["tokens"] += int(sums.num_tokens)
-    for side, logprobs, targets in (("enc", output.enc_parse_logprobs, encoder_parse_targets(batch.src_heads)),
-                                    ("dec", output.dec_parse_logprobs, decoder_parse_targets(batch.tgt_heads))):
+    for side, logprobs, targets in (("enc", output.enc_parse_logprobs, enc_targets),
+                                    ("dec", output.dec_parse_logprobs, dec_targets)):
         if logprobs is not None:
             correct, counted = head_accuracy(logprobs, targets[:, : logprobs.shape[1]])
             totals[side][0] += correct

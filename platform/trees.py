@@ -77,6 +77,16 @@ def depths(heads: Sequence[int]) -> list[int]:
     return depth
 
 
+def word_depths(word_heads: Sequence[int], word_of_subword: Sequence[int]) -> list[int]:
+    """Omote et al.'s depths at the subword level: every subword gets its *word's* depth in the
+    word dependency tree (root word 0).  Omote et al. define the relative depth on the words of
+    the source tree (their Table 1); a word split into subwords does not push its dependents
+    deeper, as depths computed on the DBSA subword tree (``project_heads``) would: there
+    "My" under a split "father" under a split "bought" would get depth 4, not 2."""
+    word_depth = depths([word if head == -1 else head for word, head in enumerate(word_heads)])
+    return [word_depth[word] for word in word_of_subword]
+
+
 def binary_tree(word_heads: Sequence[int], word_of_subword: Sequence[int]) -> list[int]:
     """Parent of each of the ``2n-1`` nodes of the binary tree over ``n`` subwords (module doc)."""
     num_words = len(word_heads)

@@ -64,8 +64,8 @@ def test_beam_is_at_least_as_good_as_greedy_by_model_score(copy_model):
 def test_beam_of_one_equals_greedy(variant):
     model = tiny_model(variant)
     src = random_source([6, 2, 5, 4], seed=3)
-    greedy = greedy_search(model, src, max_len_b=5)
-    beam = beam_search(model, src, beam=1, max_len_b=5)
+    greedy = greedy_search(model, src, alpha=0.0, max_len_b=5)  # without a length penalty the exact
+    beam = beam_search(model, src, beam=1, alpha=0.0, max_len_b=5)  # stop of beam 1 is greedy's stop
     for g, b in zip(greedy, beam):
         assert g.tokens == b[0].tokens
         assert abs(g.score - b[0].score) < 1e-4
@@ -102,3 +102,35 @@ def test_reorder_selects_rows_in_nested_state():
     state = {"a": [torch.arange(3), (torch.arange(6).view(3, 2),)], "n": 5}
     out = reorder(state, torch.tensor([2, 0]))
     assert out["a"][0].tolist() == [2, 0] and out["a"][1][0].tolist() == [[4, 5], [0, 1]] and out["n"] == 5
+
+
+class LateBloomer:
+    """A scripted model: at the first step EOS (log p −0.5) beats token 4 (−0.6); after 4,
+    token 4 again costs almost nothing until EOS at length 10.  With α = 0.6 the long
+    hypothesis ends with a better score (−0.6 / lp(10) ≈ −0.35 > −0.5), which a stop that
+    scores alive hypotheses at their current length never sees."""
+
+    def encode(self, src):
+        return src.ids
+
+    def start_state(self, encoded):
+        return torch.zeros(encoded.shape[0], dtype=torch.long)
+
+    def step(self, encoded, state, tokens):
+        log_probs = torch.full((len(state), 8), -20.0)
+        for row, length in enumerate(state.tolist()):
+            if length == 0:
+                log_probs[row, EOS_ID], log_probs[row, 4] = -0.5, -0.6
+            elif length < 9:
+                log_probs[row, 4], log_probs[row, EOS_ID] = -1e-4, -8.0
+            else:
+                log_probs[row, EOS_ID] = -1e-4
+        return log_probs, state + 1
+
+
+def test_beam_stop_is_exact_with_a_length_penalty():
+    src = Source(ids=torch.ones(1, 3, dtype=torch.long), lengths=torch.tensor([3]))
+    best = beam_search(LateBloomer(), src, beam=1, alpha=0.6, max_len_a=0.0, max_len_b=12)[0][0]
+    assert best.tokens == [4] * 9
+    assert best.score == pytest.approx(best.log_prob / length_penalty(10, 0.6))
+    assert best.score > -0.5  # better than the hypothesis that ended first

@@ -163,19 +163,21 @@ def test_rnn_decoding_interface(name):
     for t in range(4):
         log_probs, state = model.step(encoded, state, tgt[:, t])
         torch.testing.assert_close(log_probs, full[:, t], atol=1e-5, rtol=1e-5)
-    greedy = greedy_search(model, src, max_len_b=4)
-    beam = beam_search(model, src, beam=1, max_len_b=4)
+    greedy = greedy_search(model, src, alpha=0.0, max_len_b=4)
+    beam = beam_search(model, src, beam=1, alpha=0.0, max_len_b=4)
     assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
 
 
-def perturbed(src, model, part):
-    """Outputs after adding noise to the lexical or the phrase part of the memory."""
+def perturbed(src, model, part, keys=True):
+    """Outputs after adding noise to the lexical or the phrase part of the memory (and to its
+    attention keys too, unless ``keys=False``)."""
     encoded = model.encode(src)
     memory = encoded.memory
     noise = torch.randn_like(memory.states) * 5
     mask = (memory.lexical if part == "lexical" else ~memory.lexical)[..., None]
     memory.states = memory.states + noise * mask
-    encoded.keys = model.decoder.key(memory.states)
+    if keys:
+        encoded.keys = model.decoder.key(memory.states)
     state = model.start_state(encoded)
     return model.step(encoded, state, torch.full((src.ids.shape[0],), 2))[0]
 
@@ -187,9 +189,11 @@ def test_fixed_gates_ignore_one_kind_of_context(gate, ignored):
     encoded = model.encode(src)
     reference = model.step(encoded, model.start_state(encoded), torch.full((2,), 2))[0]
     torch.manual_seed(0)
-    torch.testing.assert_close(perturbed(src, model, ignored), reference)  # perturbing it changes nothing
+    torch.testing.assert_close(perturbed(src, model, ignored, keys=False), reference)  # its vectors count for nothing
+    # ... but it still takes part in the one softmax (Yang et al. §3.4: the contexts are dependent)
+    assert not torch.allclose(perturbed(src, model, ignored), reference)
     used = "lexical" if ignored == "phrase" else "phrase"
-    assert not torch.allclose(perturbed(src, model, used), reference)
+    assert not torch.allclose(perturbed(src, model, used, keys=False), reference)
 
 
 def test_learned_gate_and_half_gate_use_both_contexts():
@@ -200,6 +204,31 @@ def test_learned_gate_and_half_gate_use_both_contexts():
         reference = model.step(encoded, model.start_state(encoded), torch.full((1,), 2))[0]
         for part in ("lexical", "phrase"):
             assert not torch.allclose(perturbed(src, model, part), reference)
+
+
+def test_half_gate_is_half_the_single_tree_attention():
+    """Yang et al. §3.4: one attention over words and phrases; β = 0.5 gives half the original
+    tree attention (their eq. 2), i.e. half of what the gate-free decoder attends to."""
+    model = tiny_rnn("hier_tree_gru", gate="fixed05")
+    src = tree_source([6, 4, 3], seed=8)
+    encoded = model.encode(src)
+    hidden, feed = torch.randn(3, model.decoder.init.out_features), torch.randn(3, model.decoder.init.out_features)
+    half = model.decoder.context(encoded, hidden, feed)
+    model.decoder.gate = None  # the same decoder, plain attention over all nodes (tree2seq)
+    torch.testing.assert_close(half, 0.5 * model.decoder.context(encoded, hidden, feed))
+
+
+def test_learned_gate_reads_the_composite_state():
+    """β_t comes from h̃_{t-1} (input feeding's vector), not from the decoder RNN state: with
+    the RNN state fixed, changing h̃ changes the learned gate's context and not a fixed gate's."""
+    contexts = {}
+    for gate in ("learned", "fixed05"):
+        model = tiny_rnn("hier_tree_gru", gate=gate)
+        encoded = model.encode(tree_source([6, 4], seed=9))
+        hidden = torch.randn(2, model.decoder.init.out_features)
+        contexts[gate] = [model.decoder.context(encoded, hidden, torch.randn(2, hidden.shape[1]) * 3) for _ in range(2)]
+    assert not torch.allclose(*contexts["learned"])
+    torch.testing.assert_close(*contexts["fixed05"])
 
 
 def test_table3_switches_and_presets():

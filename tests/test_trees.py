@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from platform.trees import binary_tree, depths, project_heads
+from platform.trees import binary_tree, depths, project_heads, word_depths
 
 # "My father bought a red car ." (Omote et al. 2019, Table 1), word heads 0-based, root -1
 SENTENCE = ["My", "father", "bought", "a", "red", "car", "."]
@@ -33,8 +33,8 @@ def test_subword_head_first_or_last_of_the_head_word():
 
 
 def test_omote_table1_relative_depths():
-    heads = project_heads(HEADS, list(range(len(SENTENCE))))
-    depth = depths(heads)
+    depth = word_depths(HEADS, list(range(len(SENTENCE))))  # what prepare writes (one subword per word)
+    assert depth == depths(project_heads(HEADS, list(range(len(SENTENCE)))))
     assert depth == [2, 1, 0, 2, 2, 1, 1]
     relative = [[depth[j] - depth[i] for j in range(7)] for i in range(7)]
     assert relative == [
@@ -47,6 +47,15 @@ def test_omote_table1_relative_depths():
         [1, 0, -1, 1, 1, 0, 0],  # car
         [1, 0, -1, 1, 1, 0, 0],  # .
     ]
+
+
+def test_split_words_keep_their_word_depth():
+    # "My fa@@ ther bou@@ ght a red car ." : "father" and "bought" split into two subwords each
+    word_of_subword = [0, 1, 1, 2, 2, 3, 4, 5, 6]
+    depth = word_depths(HEADS, word_of_subword)
+    assert depth == [2, 1, 1, 0, 0, 2, 2, 1, 1]  # Table 1's word depths, repeated per subword
+    # the DBSA subword tree would put "My" at depth 4 (My -> fa@@ -> ther -> bou@@ -> ght)
+    assert depths(project_heads(HEADS, word_of_subword))[0] == 4
 
 
 def bracket(parent, labels):
