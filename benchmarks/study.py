@@ -3,7 +3,8 @@
     python benchmarks/study.py --tanaka ../shared/data/tanaka-enja --epochs 2 --seeds 1
     python benchmarks/study.py --table-only          # rebuild docs/results.md from MLflow
 
-Every row is a ``platform.train`` run (Ray Train, one worker) of one model at one size with
+Every row is a paper recipe (``platform/recipes.py``, e.g. ``deguchi2019/enc+dec``: that table
+row's own settings) trained by ``platform.train`` (Ray Train, one worker) at one size with
 the same budget (epochs over the same data, the same token batch and optimiser), evaluated on
 the test set with ``platform.evaluate --run`` (beam 4, α 0.6), all in the MLflow experiment
 ``tanaka-study`` (tags ``study_row``, ``seed``).  Finished (row, seed) pairs are skipped, so an
@@ -26,33 +27,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
 
-# row → (model, config overrides)
-ROWS: dict[str, tuple[str, dict[str, Any]]] = {
-    "transformer": ("transformer", {}),
-    "dbsa (enc)": ("dbsa", {"model.p_dec": None}),
-    "dbsa (dec)": ("dbsa", {"model.p_enc": None}),
-    "dbsa (enc+dec)": ("dbsa", {}),
-    "transformer_rel": ("transformer_rel", {}),
-    "deprel (dep)": ("deprel", {}),
-    "deprel (dep+rel)": ("deprel", {"model.use_rel": True}),
-    "seq2seq": ("seq2seq", {}),
-    "tree2seq": ("tree2seq", {}),
-    "hier_tree_gru (gate fixed)": ("hier_tree_gru", {"model.gate": "fixed05"}),
-    "hier_tree_gru (gate learned)": ("hier_tree_gru", {"model.gate": "learned"}),
-    "gumbel_tree (bottom-up)": ("gumbel_tree", {"model.top_down": False}),
-    "gumbel_tree (top-down)": ("gumbel_tree", {"model.top_down": True}),
-}
-# paper → (its baseline row, its rows)
+# every row is a paper recipe (platform/recipes.py: the row's own settings); paper → (baseline, rows).
+# Deguchi's and Omote's Transformer baselines are the same config, so it runs once for both.
 TABLES: dict[str, tuple[str, list[str]]] = {
     "Deguchi et al. 2019, Table 2 (dependency-based self-attention)":
-        ("transformer", ["transformer", "dbsa (enc)", "dbsa (dec)", "dbsa (enc+dec)"]),
+        ("deguchi2019/baseline", ["deguchi2019/baseline", "deguchi2019/enc", "deguchi2019/dec", "deguchi2019/enc+dec"]),
     "Omote et al. 2019, Table 2 (dependency-based relative positions)":
-        ("transformer", ["transformer", "transformer_rel", "deprel (dep)", "deprel (dep+rel)"]),
+        ("deguchi2019/baseline", ["deguchi2019/baseline", "omote2019/rel", "omote2019/dep", "omote2019/dep+rel"]),
     "Yang et al. 2017, Tables 3-4 (bidirectional hierarchical tree-GRU)":
-        ("seq2seq", ["seq2seq", "tree2seq", "hier_tree_gru (gate fixed)", "hier_tree_gru (gate learned)"]),
+        ("yang2017/seq2seq", ["yang2017/seq2seq", "yang2017/tree2seq", "yang2017/beta0", "yang2017/beta05",
+                              "yang2017/gated"]),
     "Currey & Heafield 2018, Table 2 (unsupervised Gumbel tree-LSTM)":
-        ("seq2seq", ["seq2seq", "gumbel_tree (bottom-up)", "gumbel_tree (top-down)"]),
+        ("currey2018/seq2seq", ["currey2018/seq2seq", "currey2018/bottom-up", "currey2018/top-down"]),
 }
+ROWS: list[str] = list(dict.fromkeys(row for _, rows in TABLES.values() for row in rows))
 # the shared budget: one size ("sweep": 2+2 layers d 128 / RNN 128), the same batches and optimiser
 BUDGET = {"max_steps_per_epoch": None, "patience": None, "batching.max_tokens": 3000, "optim.lr": 1e-3,
           "optim.warmup_steps": 400, "eval.max_sentences": 200}
@@ -65,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset", default=str(ROOT / "data" / "tanaka-ja-en"), help="prepared dataset (made if missing)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=1, help="seeds per row (1, 2, ...)")
-    parser.add_argument("--rows", nargs="*", default=list(ROWS), help="rows to run (default all)")
+    parser.add_argument("--rows", nargs="*", default=ROWS, help="rows (recipe names) to run (default all)")
     parser.add_argument("--experiment", default="tanaka-study")
     parser.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'mlflow.db'}")
     parser.add_argument("--storage-path", default=str(ROOT / "runs"))
@@ -96,20 +84,21 @@ def finished_runs(client, experiment: str) -> list:
 
 def run_row(row: str, seed: int, args, dataset: Path) -> None:
     from platform import evaluate, train
+    from platform.recipes import get_recipe
 
-    model, overrides = ROWS[row]
-    settings = {**BUDGET, **overrides, "seed": seed}
+    settings = {**BUDGET, "seed": seed}
     if args.max_steps:
         settings["max_steps_per_epoch"] = args.max_steps
-    config = train.resolve_config(model, "sweep", None, [f"{k}={json.dumps(v)}" for k, v in settings.items()],
-                                  max_epochs=args.epochs)
-    slug = row.replace(" ", "").replace("(", "-").replace(")", "").replace("+", "-")
+    config = train.resolve_config(get_recipe(row).model, "sweep", None,
+                                  [f"{k}={json.dumps(v)}" for k, v in settings.items()], max_epochs=args.epochs,
+                                  recipe=row)
+    slug = row.replace("/", "-").replace("+", "-")
     job = train.Job(dataset_dir=dataset, workers=1, gpus_per_worker=args.gpus_per_worker, cpus_per_worker=2.0,
                     experiment=args.experiment,
                     tracking_uri=args.tracking_uri, run_name=f"{slug}-s{seed}-{int(time.time())}",
                     storage_path=args.storage_path, max_failures=1)
     started = time.time()
-    run_id = train.run(config, job, tags={"study_row": row, "seed": str(seed)})
+    run_id = train.run(config, job, tags={"study_row": row, "recipe": row, "seed": str(seed)})
     tanaka = Path(args.tanaka)
     with tempfile.TemporaryDirectory() as scratch:
         evaluate.main(["--run", run_id, "--test", str(tanaka / "test"), "--src", "ja", "--tgt", "en", "--beam", "4",

@@ -37,6 +37,7 @@ class RNNConfig:
     d_embed: int = 256
     d_hidden: int = 256  # per direction of the leaf RNN; memory/decoder dim is 2× if bidirectional
     rnn_cell: Literal["gru", "lstm"] = "lstm"  # leaf encoder and decoder cell
+    num_layers: int = 1  # stacked layers of the leaf RNN and of the decoder (Currey & Heafield: 2)
     bidirectional: bool = True  # bidirectional leaves (Yang et al. Table 3 switch)
     attention: Literal["luong", "bahdanau"] = "luong"
     dropout: float = 0.2
@@ -52,7 +53,7 @@ class RNNConfig:
         return self.d_hidden * (2 if self.bidirectional else 1)
 
     def validate(self) -> None:
-        for key in ("d_embed", "d_hidden"):
+        for key in ("d_embed", "d_hidden", "num_layers"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
         if not 0.0 <= self.dropout < 1.0:
@@ -81,8 +82,8 @@ class EncodedMemory:
 
 @dataclass
 class RNNState:
-    hidden: Tensor  # [B, H]
-    cell: Tensor  # [B, H] (zeros for a GRU decoder)
+    hidden: Tensor  # [B, L, H] per decoder layer; the top one queries the attention
+    cell: Tensor  # [B, L, H] (zeros for a GRU decoder)
     feed: Tensor  # [B, H] attentional vector of the previous step (input feeding)
 
 
@@ -100,7 +101,8 @@ class LeafEncoder(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, config.d_embed, padding_idx=0)
         rnn = nn.LSTM if config.rnn_cell == "lstm" else nn.GRU
-        self.rnn = rnn(config.d_embed, config.d_hidden, batch_first=True, bidirectional=config.bidirectional)
+        self.rnn = rnn(config.d_embed, config.d_hidden, num_layers=config.num_layers, batch_first=True,
+                       bidirectional=config.bidirectional, dropout=config.dropout if config.num_layers > 1 else 0.0)
         self.dropout = nn.Dropout(config.dropout)
         self.bidirectional = config.bidirectional
 
@@ -133,7 +135,10 @@ class SequentialEncoder(nn.Module):
 
 class AttentionDecoder(nn.Module):
     """Input feeding (Luong et al. 2015): s_t = RNN([y_{t-1}; h̃_{t-1}], s_{t-1});
-    c_t = Σ_j a_tj m_j; h̃_t = tanh(W_c [c_t; s_t]); p(y_t) = softmax(W_o h̃_t)."""
+    c_t = Σ_j a_tj m_j; h̃_t = tanh(W_c [c_t; s_t]); p(y_t) = softmax(W_o h̃_t).
+
+    With ``num_layers`` L > 1 the RNN is a stack (Luong et al.'s stacking): layer l reads layer
+    l−1's new state (with dropout between layers), and the top layer's s_t is the query."""
 
     def __init__(self, config: RNNConfig, vocab: int, gate: Gate | None = None):
         super().__init__()
@@ -141,8 +146,10 @@ class AttentionDecoder(nn.Module):
         self.embed = nn.Embedding(vocab, config.d_embed, padding_idx=0)
         self.cell_type = config.rnn_cell
         cell = nn.LSTMCell if config.rnn_cell == "lstm" else nn.GRUCell
-        self.cell = cell(config.d_embed + d, d)
-        self.init = nn.Linear(d, d)  # s_0 = tanh(W summary)
+        self.cell = cell(config.d_embed + d, d)  # layer 1
+        self.upper_cells = nn.ModuleList(cell(d, d) for _ in range(config.num_layers - 1))  # layers 2..L
+        self.num_layers = config.num_layers
+        self.init = nn.Linear(d, config.num_layers * d)  # s_0 = tanh(W summary), every layer
         self.score_type = config.attention
         if config.attention == "luong":
             self.key = nn.Linear(d, d, bias=False)  # general: s_tᵀ W m_j
@@ -160,20 +167,28 @@ class AttentionDecoder(nn.Module):
         return EncodedMemory(memory=memory, keys=self.key(memory.states))
 
     def start(self, encoded: EncodedMemory) -> RNNState:
-        hidden = torch.tanh(self.init(encoded.memory.summary))  # [B, H]
-        return RNNState(hidden=hidden, cell=torch.zeros_like(hidden), feed=torch.zeros_like(hidden))
+        summary = encoded.memory.summary  # [B, H]
+        hidden = torch.tanh(self.init(summary)).view(summary.shape[0], self.num_layers, -1)  # [B, L, H]
+        return RNNState(hidden=hidden, cell=torch.zeros_like(hidden), feed=torch.zeros_like(summary))
 
     def step(self, encoded: EncodedMemory, state: RNNState, tokens: Tensor) -> tuple[Tensor, RNNState]:
         """tokens [B] → logits [B, V] and the next state."""
         x = torch.cat([self.dropout(self.embed(tokens)), state.feed], dim=-1)  # [B, E + H]
-        if self.cell_type == "lstm":
-            hidden, cell = self.cell(x, (state.hidden, state.cell))
-        else:
-            hidden, cell = self.cell(x, state.hidden), state.cell
+        hiddens, cells = [], []
+        for layer, cell in enumerate([self.cell, *self.upper_cells]):
+            if layer:
+                x = self.dropout(x)  # between stacked layers
+            if self.cell_type == "lstm":
+                x, c = cell(x, (state.hidden[:, layer], state.cell[:, layer]))
+            else:
+                x, c = cell(x, state.hidden[:, layer]), state.cell[:, layer]
+            hiddens.append(x)
+            cells.append(c)
+        hidden = x  # [B, H] the top layer's s_t
         context = self.context(encoded, hidden, state.feed)  # [B, H]
         feed = torch.tanh(self.combine(torch.cat([context, hidden], dim=-1)))  # h̃_t
         logits = self.output(self.dropout(feed))
-        return logits, RNNState(hidden=hidden, cell=cell, feed=feed)
+        return logits, RNNState(hidden=torch.stack(hiddens, 1), cell=torch.stack(cells, 1), feed=feed)
 
     def context(self, encoded: EncodedMemory, hidden: Tensor, feed: Tensor) -> Tensor:
         """c_t from one attention over all memory nodes (Yang et al. §3.4: "the phrase and

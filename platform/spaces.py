@@ -10,7 +10,10 @@ the paper's setting).  A distribution is one of
 
 with an optional ``when: {other.key: value}`` that samples the knob only when the condition
 holds (Optuna's define-by-run).  In ``first_points`` a layer index may be a fraction of the
-layer count (``4/6``: the paper's layer 4 of 6, scaled to the model).
+layer count (``4/6``: the paper's layer 4 of 6, scaled to the model by ``recipes.scale_layer``,
+the rule every config uses), and ``recipe: NAME`` stands for that paper recipe's knobs
+(``platform/recipes.py``); keys written next to it win.  An optional top-level ``recipe``
+names the recipe the trials' base config starts from (default: the model's own).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from platform import config as config_io
+from platform import recipes
 from platform.errors import ConfigError, UserError
 
 LAYER_SYMBOLS = {"encoder_layers": "num_encoder_layers", "decoder_layers": "num_decoder_layers"}
@@ -46,6 +50,7 @@ class Distribution:
 @dataclass(frozen=True, kw_only=True)
 class SpaceFile:
     model: str
+    recipe: str | None = None  # the base config's recipe (default: the model's own)
     metric: str = "dev_bleu"
     mode: Literal["max", "min"] = "max"
     params: dict[str, Distribution]
@@ -89,14 +94,24 @@ class Space:
         points = []
         for point in self.spec.first_points:
             resolved = {}
-            for key, value in point.items():
-                if isinstance(value, str) and "/" in value and self.spec.params[key].type == "int":
-                    numerator, denominator = (int(x) for x in value.split("/"))
-                    low, high = self.bounds(key)
-                    value = min(max(round(numerator / denominator * int(high)), int(low)), int(high))
+            for key, value in self._expand_recipe(point).items():
+                if key in self.spec.params and self.spec.params[key].type == "int":
+                    value = recipes.scale_layer(value, int(self.bounds(key)[1]))
                 resolved[key] = value
             points.append(resolved)
         return points
+
+    def _expand_recipe(self, point: dict[str, Any]) -> dict[str, Any]:
+        """``recipe: NAME`` → that recipe's settings of this space's knobs, then the point's keys."""
+        point = dict(point)
+        name = point.pop("recipe", None)
+        if name is None:
+            return point
+        recipe = recipes.get_recipe(str(name))
+        if recipe.model != self.spec.model:
+            raise ConfigError(f"space {self.name}: first point recipe {name} is a {recipe.model} recipe, not {self.spec.model}")
+        knobs = {f"model.{key}": value for key, value in recipe.settings.items() if f"model.{key}" in self.spec.params}
+        return {**knobs, **point}
 
     def sample(self, seed: int = 0) -> dict[str, Any]:
         """One config drawn from the space (for --dry-run and tests)."""
@@ -160,6 +175,12 @@ def _validate(space: Space, path: Path, base: dict[str, Any]) -> None:
     """Every knob and fixed key must be a real config key of the model, and configs must load."""
     from platform.training import load_train_config
 
+    for point in space.spec.first_points:
+        recipe = recipes.get_recipe(str(point["recipe"])) if "recipe" in point else None
+        for key, value in (recipe.settings.items() if recipe else ()):
+            if f"model.{key}" not in space.spec.params and base["model"].get(key, value) != value:
+                raise ConfigError(f"{path}: first point recipe {point['recipe']} sets model.{key}={value!r}, which is "
+                                  f"not a knob of the space and differs from the base config ({base['model'][key]!r})")
     for point in space.first_points() + [space.sample(seed) for seed in range(3)]:
         unknown = set(point) - set(space.spec.params)
         if unknown:

@@ -26,6 +26,7 @@ from typing import Any
 
 from platform import config as config_io
 from platform import dataset as ds
+from platform import recipes
 from platform import tracking
 from platform.errors import UserError, run_cli
 from platform.training import CHECKPOINT_FILE, RUN_PRESETS, TrainConfig, load_train_config, model_defaults
@@ -54,9 +55,9 @@ class Job:
 
 
 def resolve_config(model: str, size: str, config_file: str | None, overrides: Sequence[str],
-                   max_epochs: int | None = None) -> TrainConfig:
-    """Preset and size defaults, then the YAML file, then ``--set``; validated strictly."""
-    data: dict[str, Any] = {"model": model_defaults(model, size)}
+                   max_epochs: int | None = None, recipe: str | None = None) -> TrainConfig:
+    """Preset, recipe and size defaults, then the YAML file, then ``--set``; validated strictly."""
+    data: dict[str, Any] = {"model": model_defaults(model, size, recipe)}
     _merge(data, copy.deepcopy(RUN_PRESETS[size]))
     if config_file:
         _merge(data, config_io.read_yaml_mapping(config_file))
@@ -357,7 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="python -m platform.train", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, choices=list(MODELS), help="the architecture to train")
+    parser.add_argument("--model", choices=list(MODELS), help="the architecture to train (or give --recipe)")
+    parser.add_argument("--recipe", choices=list(recipes.RECIPES), metavar="RECIPE",
+                        help="a paper's configuration of a table row (sets the model; default: the model's own "
+                             "paper row); one of: " + ", ".join(recipes.RECIPES))
     parser.add_argument("--data", default="demo", help="'demo' (built-in synthetic corpus) or a prepared dataset directory")
     parser.add_argument("--config", metavar="YAML", help="a config file (sections model, batching, optim, eval, ...)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -384,16 +388,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
-    config = resolve_config(args.model, "smoke" if args.smoke else args.size, args.config, args.overrides, args.max_epochs)
+    if not (args.model or args.recipe):
+        raise UserError("give --model NAME or --recipe NAME (see --help)")
+    model = args.model or recipes.get_recipe(args.recipe).model
+    recipe, _ = recipes.recipe_for(model, args.recipe)
+    config = resolve_config(model, "smoke" if args.smoke else args.size, args.config, args.overrides, args.max_epochs,
+                            recipe)
     if args.print_config:
         print(config_io.dump_yaml(config), end="")
         return 0
     job = Job(dataset_dir=resolve_data(args.data), workers=args.workers, gpus_per_worker=args.gpus_per_worker,
               cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
               tracking_uri=tracking.resolve_tracking_uri(args.tracking_uri),
-              run_name=args.name or f"{args.model}-{uuid.uuid4().hex[:8]}", storage_path=storage_uri(args.storage_path),
+              run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage_uri(args.storage_path),
               max_failures=args.max_failures)
-    run_id = run(config, job, ray_address=args.address)
+    run_id = run(config, job, ray_address=args.address, tags={"recipe": recipe})
     print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")
     return 0
 

@@ -11,6 +11,7 @@ a batch compute exactly the gradient one worker would on the whole batch.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -32,6 +33,7 @@ from models.rnn import RNNConfig
 from models.search import beam_search, greedy_search
 from models.transformer import TransformerConfig
 from platform import config as config_io
+from platform import recipes
 from platform.batching import Batch, BatchingConfig, ParquetExamples, ShardedBatches
 from platform.errors import ConfigError
 from platform.metrics import head_accuracy, translation_scores
@@ -96,7 +98,6 @@ SMOKE_SIZE = {
     "transformer": dict(num_encoder_layers=2, num_decoder_layers=2, d_model=32, num_heads=4, d_ff=64, dropout=0.1),
     "rnn": dict(d_embed=32, d_hidden=32, dropout=0.1),
 }
-LAYER_PRESETS = {"dbsa": dict(p_enc=2, p_dec=2)}  # CPU/smoke models have fewer layers than 4
 # The rest of a run's defaults per size.  CPU: small batches and a short warm-up, so the demo
 # corpus gets ~250 updates per epoch (DBSA reaches dev UAS 0.94/0.94 in 3 epochs on 2 cores).
 RUN_PRESETS = {
@@ -109,15 +110,17 @@ RUN_PRESETS = {
 }
 
 
-def model_defaults(name: str, size: str) -> dict[str, Any]:
-    """The model section a run starts from: the paper preset, then the CPU or smoke size."""
+def model_defaults(name: str, size: str, recipe: str | None = None) -> dict[str, Any]:
+    """The model section a run starts from: the model's preset, its recipe (``platform/recipes.py``;
+    the model's default recipe when None), then the size's dimensions (the recipe's own under
+    ``paper``).  Fractional parse layers (``4/6``) stay fractions until ``load_train_config``."""
     if name not in MODELS:
         raise ConfigError(f"unknown model {name!r}; available: {', '.join(MODELS)}")
-    if size == "paper":
-        return dict(MODELS[name].preset)
+    recipe_name, found = recipes.recipe_for(name, recipe)
     family = "rnn" if MODELS[name].config_class is RNNConfig else "transformer"
-    table = {"smoke": SMOKE_SIZE, "sweep": SWEEP_SIZE}.get(size, CPU_SIZE)
-    return {**MODELS[name].preset, **table[family], **LAYER_PRESETS.get(name, {})}
+    table = {"smoke": SMOKE_SIZE, "sweep": SWEEP_SIZE, "cpu": CPU_SIZE}.get(size)
+    dims = found.paper_size if table is None else table[family]
+    return {**MODELS[name].preset, **found.settings, **dims}
 
 
 def load_train_config(data: dict[str, Any]) -> TrainConfig:
@@ -128,7 +131,10 @@ def load_train_config(data: dict[str, Any]) -> TrainConfig:
         raise ConfigError("the config needs a model section with a name")
     if model["name"] not in MODELS:
         raise ConfigError(f"unknown model {model['name']!r}; available: {', '.join(MODELS)}")
-    model_config = config_io.from_dict(MODELS[model["name"]].config_class, model, where="model")
+    config_class = MODELS[model["name"]].config_class
+    layer_counts = {f.name: f.default for f in dataclasses.fields(config_class) if f.name in recipes.LAYER_KEYS.values()}
+    model = recipes.resolve_layers(model, layer_counts)  # p_enc: 4/6 → a layer of this model
+    model_config = config_io.from_dict(config_class, model, where="model")
     try:
         model_config.validate()
     except ValueError as error:

@@ -294,8 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def base_config(space_name: str, size: str, overrides: Sequence[str], max_epochs: int | None) -> dict[str, Any]:
-    model = config_io.read_yaml_mapping(space_path(space_name)).get("model")
-    data: dict[str, Any] = {"model": model_defaults(str(model), size), **copy.deepcopy(RUN_PRESETS[size])}
+    raw = config_io.read_yaml_mapping(space_path(space_name))
+    data: dict[str, Any] = {"model": model_defaults(str(raw.get("model")), size, raw.get("recipe")),
+                            **copy.deepcopy(RUN_PRESETS[size])}
     for override in overrides:
         key, value = config_io.parse_override(override)
         from platform.train import _merge, _nested

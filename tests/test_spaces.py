@@ -34,6 +34,28 @@ def test_dbsa_first_point_is_the_paper_scaled_to_the_layer_count():
     assert three.bounds("model.p_enc") == (1, 3)
 
 
+@pytest.mark.parametrize("size", ["smoke", "sweep", "cpu"])
+def test_dbsa_first_point_and_the_default_config_pick_the_same_layers(size):
+    from platform.train import resolve_config
+
+    point = load_space("dbsa", base_config("dbsa", size, [], None)).first_points()[0]
+    config = resolve_config("dbsa", size, None, []).model
+    assert (point["model.p_enc"], point["model.p_dec"]) == (config.p_enc, config.p_dec)
+
+
+def test_first_points_expand_their_recipe():
+    point = load_space("deprel", base_config("deprel", "sweep", [], None)).first_points()[0]
+    assert point["model.l_clip"] == 2 and point["model.k_clip"] == 2 and point["model.use_rel"] is True
+
+
+def test_a_first_point_recipe_of_another_model_is_refused(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("model: dbsa\nparams:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n"
+                    "first_points:\n  - {recipe: omote2019/dep, optim.lr: 5.0e-4}\n")
+    with pytest.raises(ConfigError, match="deprel recipe, not dbsa"):
+        load_space(str(path), base_config(str(path), "sweep", [], None))
+
+
 def test_conditional_knobs_are_sampled_only_when_their_condition_holds():
     space = load_space("deprel", base_config("deprel", "sweep", [], None))
     samples = [space.sample(seed) for seed in range(30)]

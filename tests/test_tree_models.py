@@ -168,6 +168,24 @@ def test_rnn_decoding_interface(name):
     assert [g.tokens for g in greedy] == [b[0].tokens for b in beam]
 
 
+@pytest.mark.parametrize("name, cell", [("seq2seq", "lstm"), ("gumbel_tree", "lstm"), ("hier_tree_gru", "gru")])
+def test_stacked_layers_decode_step_by_step_as_in_training(name, cell):
+    """Currey & Heafield's 2-layer LSTMs: ``num_layers`` stacks the leaf RNN and the decoder."""
+    model = tiny_rnn(name, num_layers=2, rnn_cell=cell)
+    assert model.encoder.leaves.rnn.num_layers == 2 and len(model.decoder.upper_cells) == 1
+    src = tree_source([5, 3], seed=6)
+    tgt = random_target(2, 4)
+    full = torch.log_softmax(model(src, tgt).logits, dim=-1)
+    encoded = model.encode(src)
+    state = model.start_state(encoded)
+    assert state.hidden.shape[:2] == (2, 2)  # [B, L, H]
+    for t in range(4):
+        log_probs, state = model.step(encoded, state, tgt[:, t])
+        torch.testing.assert_close(log_probs, full[:, t], atol=1e-5, rtol=1e-5)
+    beams = beam_search(model, src, beam=3, max_len_b=4)
+    assert all(len(hyps) == 3 for hyps in beams)
+
+
 def perturbed(src, model, part, keys=True):
     """Outputs after adding noise to the lexical or the phrase part of the memory (and to its
     attention keys too, unless ``keys=False``)."""
