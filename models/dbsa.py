@@ -26,11 +26,13 @@ log 25 ≈ 3.2, and with λ = 1 it dominates the first updates.  Like the author
 (tested: within a nat of log n).  Dozat & Manning's zero-initialised biaffine would start
 exactly uniform; we follow the release the paper's numbers came from.
 
-**Decoder positions.**  ``decoder_parse_targets`` supervises, by default, the position whose
-*input* is y_i (it attends to the input position of y_i's head, hidden when that head lies in
-the future: the paper's Figure 3 masking).  The authors' release supervises the position that
-*predicts* y_i (input y_{i-1}) instead, attending to the position that predicts its head;
-``supervise="output"`` selects that (the model knob ``dec_parse_target``).
+**Decoder positions.**  The paper masks the decoder head causally (its Figure 3) but does not
+say at which position a target token's head is supervised.  By default (``"output"``) we do
+what the authors' release does: the position that *predicts* y_i (its input is y_{i-1})
+attends to the position that predicts y_i's head.  ``"input"`` supervises the position whose
+input is y_i instead, attending to the input position of its head (the release's later
+``--dependency-with-input``).  Either way a head in the future is hidden and unsupervised.
+The model knob is ``dec_parse_target``.
 """
 
 from __future__ import annotations
@@ -84,13 +86,13 @@ def encoder_parse_targets(src_heads: Tensor) -> Tensor:
     return src_heads.masked_fill(src_heads < 0, IGNORE_INDEX)
 
 
-def decoder_parse_targets(tgt_heads: Tensor, supervise: DecoderParseTarget = "input") -> Tensor:
+def decoder_parse_targets(tgt_heads: Tensor, supervise: DecoderParseTarget = "output") -> Tensor:
     """Targets over the decoder positions (inputs BOS y1 .. yT) from tgt_heads [B, T] → [B, T+1].
 
-    ``input`` (default): token y_i (0-based i) has *input* position i+1 and its head y_h has
-    h+1; position 0 (BOS) is unsupervised.  ``output`` (the authors' release): y_i is
-    *predicted* at position i, which attends to position h (where y_h is predicted); the last
-    position (it predicts EOS) is unsupervised.  Either way a token whose head lies in the
+    ``output`` (default, the authors' release): y_i (0-based i) is *predicted* at position i,
+    which attends to position h (where y_h is predicted); the last position (it predicts EOS)
+    is unsupervised.  ``input``: y_i is the *input* of position i+1, which attends to h+1;
+    position 0 (BOS) is unsupervised.  Either way a token whose head lies in the
     future (h > i, hidden by the causal mask) is not supervised."""
     batch, length = tgt_heads.shape
     positions = torch.arange(length, device=tgt_heads.device)[None, :]  # [1, T]

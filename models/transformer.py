@@ -52,7 +52,7 @@ class TransformerConfig:
     p_dec: int | None = None
     lambda_enc: float = 1.0  # loss weights of eq. 18, read by the training loss
     lambda_dec: float = 1.0
-    dec_parse_target: DecoderParseTarget = "input"  # which decoder position is supervised (models/dbsa.py)
+    dec_parse_target: DecoderParseTarget = "output"  # which decoder position is supervised (models/dbsa.py)
 
     def validate(self) -> None:
         """Raise ValueError for any inconsistent setting (called by ``build_model``)."""

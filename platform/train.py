@@ -357,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     from models import MODELS
 
     parser = argparse.ArgumentParser(prog="python -m platform.train", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="recipes (each paper's table rows, platform/recipes.py):\n" + recipes.describe())
     parser.add_argument("--model", choices=list(MODELS), help="the architecture to train (or give --recipe)")
     parser.add_argument("--recipe", choices=list(recipes.RECIPES), metavar="RECIPE",
                         help="a paper's configuration of a table row (sets the model; default: the model's own "

@@ -220,7 +220,7 @@ class LossSums:
 
 def parse_targets(batch: Batch, model_config) -> tuple[Tensor, Tensor]:
     """The parse heads' targets of ``batch``: encoder [B, S], decoder [B, T+1] (models/dbsa.py)."""
-    supervise = getattr(model_config, "dec_parse_target", "input")
+    supervise = getattr(model_config, "dec_parse_target", "output")
     return encoder_parse_targets(batch.src_heads), decoder_parse_targets(batch.tgt_heads, supervise)
 
 
@@ -401,6 +401,11 @@ def _decode(model: nn.Module, batch: Batch, config: TrainConfig, tgt_model: Subw
 # ---------------------------------------------------------------------------- checkpoints
 
 CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FORMAT = 2
+# models whose computation changed with checkpoint format 2 (the paper-fidelity fixes: DBSA's
+# scaled biaffine, Yang's single attention and β from h̃, Gumbel's attended leaves, word-level
+# depths): their format-1 weights would now compute something else, so they are refused
+CHANGED_IN_FORMAT_2 = ("dbsa", "deprel", "hier_tree_gru", "gumbel_tree")
 
 
 def checkpoint_state(model: nn.Module, optimizer, scheduler, sampler: ShardedBatches, config: TrainConfig,
@@ -409,7 +414,7 @@ def checkpoint_state(model: nn.Module, optimizer, scheduler, sampler: ShardedBat
     loads with ``torch.load(weights_only=True)``."""
     module = model.module if hasattr(model, "module") else model
     return {
-        "format_version": 1,
+        "format_version": CHECKPOINT_FORMAT,
         "model": module.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
@@ -460,7 +465,13 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
 
 
 def config_from_checkpoint(state: dict) -> TrainConfig:
-    return load_train_config(config_io.yaml_load(state["config"]))
+    config = load_train_config(config_io.yaml_load(state["config"]))
+    version = state.get("format_version", 1)
+    if version < CHECKPOINT_FORMAT and config.model.name in CHANGED_IN_FORMAT_2:
+        raise IncompatibleCheckpoint(f"checkpoint format {version} of a {config.model.name} model predates the "
+                                     "paper-fidelity fixes (README, Models), which change what its weights compute; "
+                                     "train it again")
+    return config
 
 
 def subword_models_from_checkpoint(state: dict) -> dict[str, SubwordModel]:
@@ -498,6 +509,7 @@ def load_weights(model: nn.Module, weights: dict[str, Tensor], what: str) -> Non
 def restore(state: dict, model: nn.Module, optimizer, scheduler, sampler: ShardedBatches) -> dict[str, Any]:
     """Load a checkpoint into live objects; returns the saved progress."""
     module = model.module if hasattr(model, "module") else model
+    config_from_checkpoint(state)  # refuses a checkpoint whose model now computes differently
     load_weights(module, state["model"], "the checkpoint to resume")
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

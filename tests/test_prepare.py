@@ -46,10 +46,18 @@ def check_side(row, side, word_heads, model, words, parents=None):
     roots = np.flatnonzero(heads == np.arange(n))
     assert len(roots) == 1
     assert depth[roots[0]] == 0
-    others = np.flatnonzero(heads != np.arange(n))
-    assert np.all(depth[others] == depth[heads[others]] + 1)  # depths match heads (so no cycles)
-    # the DBSA subword rule, against the word-level tree of the CoNLL-U file
+    for i in range(n):  # every subword reaches that root within n steps (no cycles)
+        node, steps = i, 0
+        while heads[node] != node and steps <= n:
+            node, steps = heads[node], steps + 1
+        assert node == roots[0]
     first, last = word_spans(word.tolist(), len(word_heads))
+    # depths are word depths (Omote et al.): shared by a word's subwords, root word 0, a dependent
+    # word one deeper than its head word, against the word-level tree of the CoNLL-U file
+    assert np.all(depth == depth[np.asarray(first)[word]])
+    for w, h in enumerate(word_heads):
+        assert depth[first[w]] == (0 if h == -1 else depth[first[h]] + 1)
+    # the DBSA subword rule, against the word-level tree of the CoNLL-U file
     for i in range(n):
         w = word[i]
         expected = i + 1 if i != last[w] else (i if word_heads[w] == -1 else first[word_heads[w]])

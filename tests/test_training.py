@@ -70,6 +70,22 @@ def test_checkpoint_loads_with_weights_only(demo_dataset, tmp_path):
     assert loaded["config"].startswith("model:") and loaded["progress"] == {"epoch": 1}
 
 
+def test_a_checkpoint_from_before_the_paper_fidelity_fixes_is_refused(demo_dataset):
+    from platform.training import IncompatibleCheckpoint, config_from_checkpoint, model_from_checkpoint
+
+    config = tiny_config()  # dbsa
+    dataset = Dataset.open(demo_dataset)
+    model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
+    sampler = ShardedBatches(dataset.train, config.batching)
+    state = checkpoint_state(model, optimizer, scheduler, sampler, config, {"epoch": 1}, dataset.subword_bytes, dataset.meta)
+    assert config_from_checkpoint(state).model.name == "dbsa"  # today's format loads
+    state["format_version"] = 1
+    with pytest.raises(IncompatibleCheckpoint, match="format 1 of a dbsa model predates the paper-fidelity fixes"):
+        model_from_checkpoint(state)
+    with pytest.raises(IncompatibleCheckpoint, match="predates"):
+        restore(state, model, optimizer, scheduler, sampler)
+
+
 def test_two_ddp_workers_update_exactly_like_one(demo_dataset, tmp_path):
     def launch(world):
         init = tmp_path / f"init-{world}"
