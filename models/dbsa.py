@@ -94,6 +94,8 @@ def decoder_parse_targets(tgt_heads: Tensor, supervise: DecoderParseTarget = "ou
     is unsupervised.  ``input``: y_i is the *input* of position i+1, which attends to h+1;
     position 0 (BOS) is unsupervised.  Either way a token whose head lies in the
     future (h > i, hidden by the causal mask) is not supervised."""
+    if supervise not in ("input", "output"):
+        raise ValueError(f"dec_parse_target must be 'input' or 'output', got {supervise!r}")
     batch, length = tgt_heads.shape
     positions = torch.arange(length, device=tgt_heads.device)[None, :]  # [1, T]
     supervised = (tgt_heads >= 0) & (tgt_heads <= positions)

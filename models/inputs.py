@@ -41,4 +41,4 @@ class ModelOutput:
 
     logits: Tensor  # [B, T, V]
     enc_parse_logprobs: Tensor | None = None  # [B, S, S] log P(head of i = j), DBSA encoder
-    dec_parse_logprobs: Tensor | None = None  # [B, T, T] same over decoder input positions (causal)
+    dec_parse_logprobs: Tensor | None = None  # [B, T, T] same over decoder positions (causal; models/dbsa.py)

@@ -90,8 +90,8 @@ def beam_search(model, src: Source, *, beam: int = 4, alpha: float = 0.6, max_le
     At every step the ``2 × beam`` best continuations of each sentence are ranked; those
     ending in EOS among the top ``beam`` are finished (scored with the length penalty), the
     best ``beam`` others stay alive.  A sentence is done when it has ``beam`` finished
-    hypotheses and the best alive one, scored at its current length, no longer beats the
-    ``beam``-th of them.  The stop is exact: "no longer beats" uses the best *final* score the
+    hypotheses and the best alive one can no longer beat the ``beam``-th of them.  The stop
+    is exact: "can no longer beat" uses the best *final* score the
     alive hypothesis could still reach (``_best_final_score``: with α > 0 a longer hypothesis
     is divided by a larger penalty, so its score can still rise although its log-probability
     only falls), not its score at the current length (Hugging Face's ``early_stopping=False``

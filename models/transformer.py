@@ -80,6 +80,8 @@ class TransformerConfig:
             raise ValueError(f"k_clip must be ≥ 1, got {self.k_clip}")
         if self.use_dep and self.l_clip < 1:
             raise ValueError(f"l_clip must be ≥ 1, got {self.l_clip}")
+        if self.dec_parse_target not in ("input", "output"):
+            raise ValueError(f"dec_parse_target must be 'input' or 'output', got {self.dec_parse_target!r}")
         if self.use_dep and not (self.dep_keys or self.dep_values):
             raise ValueError("use_dep needs dep_keys, dep_values or both")
         parse = self.p_enc is not None or self.p_dec is not None

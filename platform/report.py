@@ -23,7 +23,8 @@ from platform.errors import UserError, run_cli
 from platform.tune import format_table, to_csv
 
 KNOBS = ["p_enc", "p_dec", "lambda_enc", "lambda_dec", "use_rel", "k_clip", "use_dep", "l_clip", "dep_keys", "dep_values",
-         "gate", "top_down", "bidirectional", "gumbel_tau", "optim.lr", "optim.warmup_steps", "dropout", "d_model"]
+         "gate", "top_down", "bidirectional", "gumbel_tau", "rnn_cell", "attention", "num_layers", "dec_parse_target",
+         "optim.lr", "optim.warmup_steps", "dropout", "d_model"]
 BEST = ["dev_bleu", "dev_chrf", "dev_uas_enc", "dev_uas_dec"]
 LATEST = ["test_bleu", "test_chrf", "test_bleu_tok", "test_uas_enc", "test_uas_dec", "tokens_per_s", "num_parameters"]
 
@@ -36,7 +37,8 @@ def collect(client, experiment_id: str) -> tuple[list[dict[str, Any]], dict[str,
             continue  # sweep parents and foreign runs are not training runs
         history = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "dev_bleu"), key=lambda m: m.step)]
         row: dict[str, Any] = {"run": run.info.run_name, "run_id": run.info.run_id, "model": params["model"],
-                               "sweep": tags.get("sweep", ""), "status": run.info.status.lower()}
+                               "recipe": tags.get("recipe", ""), "sweep": tags.get("sweep", ""),
+                               "status": run.info.status.lower()}
         row.update({knob: params[knob] for knob in KNOBS if knob in params})
         for key in BEST:
             values = [m.value for m in client.get_metric_history(run.info.run_id, key)]

@@ -111,6 +111,10 @@ class Space:
         if recipe.model != self.spec.model:
             raise ConfigError(f"space {self.name}: first point recipe {name} is a {recipe.model} recipe, not {self.spec.model}")
         knobs = {f"model.{key}": value for key, value in recipe.settings.items() if f"model.{key}" in self.spec.params}
+        unset = sorted(key for key, value in knobs.items() if value is None and key not in point)
+        if unset:
+            raise ConfigError(f"space {self.name}: first point recipe {name} leaves {', '.join(unset)} unset, "
+                              "which a knob cannot sample; give the value in the point")
         return {**knobs, **point}
 
     def sample(self, seed: int = 0) -> dict[str, Any]:
@@ -165,7 +169,10 @@ def load_space(name: str, base: dict[str, Any]) -> Space:
     raw = {**raw, "params": {key: config_io.from_dict(Distribution, spec, where=f"{path}: params.{key}")
                              for key, spec in params.items()}}
     spec = config_io.from_dict(SpaceFile, raw, where=str(path))
-    layers = {symbol: base["model"].get(field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
+    from platform.training import load_train_config
+
+    model = load_train_config(base).model  # the layer counts the trials build (size tables or defaults)
+    layers = {symbol: getattr(model, field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
     space = Space(name, spec, layers)
     _validate(space, path, base)
     return space
@@ -175,12 +182,14 @@ def _validate(space: Space, path: Path, base: dict[str, Any]) -> None:
     """Every knob and fixed key must be a real config key of the model, and configs must load."""
     from platform.training import load_train_config
 
+    _, base_recipe = recipes.recipe_for(space.spec.model, space.spec.recipe)
     for point in space.spec.first_points:
         recipe = recipes.get_recipe(str(point["recipe"])) if "recipe" in point else None
         for key, value in (recipe.settings.items() if recipe else ()):
-            if f"model.{key}" not in space.spec.params and base["model"].get(key, value) != value:
+            if f"model.{key}" not in space.spec.params and base_recipe.settings.get(key, value) != value:
                 raise ConfigError(f"{path}: first point recipe {point['recipe']} sets model.{key}={value!r}, which is "
-                                  f"not a knob of the space and differs from the base config ({base['model'][key]!r})")
+                                  f"not a knob of the space and differs from the space's base recipe "
+                                  f"({base_recipe.settings[key]!r}); add a top-level recipe or make it a knob")
     for point in space.first_points() + [space.sample(seed) for seed in range(3)]:
         unknown = set(point) - set(space.spec.params)
         if unknown:

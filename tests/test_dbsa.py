@@ -111,8 +111,10 @@ def test_untrained_parse_heads_start_near_uniform(size):
     with torch.no_grad():
         output = model(src, tgt_in)
     enc = F.nll_loss(output.enc_parse_logprobs.reshape(-1, n), encoder_parse_targets(heads).reshape(-1))
-    dec_targets = decoder_parse_targets(torch.minimum(heads, torch.arange(n)), "input")  # every head in the past
-    dec = F.nll_loss(output.dec_parse_logprobs.reshape(-1, n + 1), dec_targets.reshape(-1), ignore_index=IGNORE_INDEX)
-    uniform_dec = float(torch.log(torch.arange(2, n + 2).float()).mean())  # position i sees i+1 keys
     assert abs(float(enc) - math.log(n)) < 1.0, float(enc)
-    assert abs(float(dec) - uniform_dec) < 1.0, (float(dec), uniform_dec)
+    past_heads = torch.minimum(heads, torch.arange(n))  # every head in the past: all supervised
+    for supervise, first_key_count in (("input", 2), ("output", 1)):  # position i (supervised) sees i+1 keys
+        targets = decoder_parse_targets(past_heads, supervise)
+        dec = F.nll_loss(output.dec_parse_logprobs.reshape(-1, n + 1), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        uniform = float(torch.log(torch.arange(first_key_count, first_key_count + n).float()).mean())
+        assert abs(float(dec) - uniform) < 1.0, (supervise, float(dec), uniform)

@@ -43,6 +43,11 @@ def test_dbsa_first_point_and_the_default_config_pick_the_same_layers(size):
     assert (point["model.p_enc"], point["model.p_dec"]) == (config.p_enc, config.p_dec)
 
 
+def test_a_paper_size_sweep_bounds_the_layers_by_the_paper_model():
+    space = load_space("dbsa", base_config("dbsa", "paper", [], None))
+    assert space.bounds("model.p_enc") == (1, 6) and space.first_points()[0]["model.p_enc"] == 4
+
+
 def test_first_points_expand_their_recipe():
     point = load_space("deprel", base_config("deprel", "sweep", [], None)).first_points()[0]
     assert point["model.l_clip"] == 2 and point["model.k_clip"] == 2 and point["model.use_rel"] is True

@@ -249,6 +249,19 @@ def test_learned_gate_reads_the_composite_state():
     torch.testing.assert_close(*contexts["fixed05"])
 
 
+@pytest.mark.parametrize("top_down", [False, True])
+def test_gumbel_word_nodes_are_the_leaf_states_the_tree_composes(top_down):
+    model = tiny_rnn("gumbel_tree", top_down=top_down)
+    src = tree_source([5, 3], seed=4)
+    leaves, _ = model.encoder.leaves(src)
+    h0 = model.encoder.leaf_transform(leaves).chunk(2, dim=-1)[0] * src.valid[..., None]
+    states, _ = model.encoder.compose(src)
+    torch.testing.assert_close(states[:, :5], h0)  # not the BiLSTM states
+    memory = model.encoder(src)
+    if not top_down:
+        torch.testing.assert_close(memory.states[:, :5], h0)
+
+
 def test_table3_switches_and_presets():
     no_top_down = tiny_rnn("hier_tree_gru", top_down=False, bidirectional=False)
     assert no_top_down.encoder.top_down is None and not no_top_down.encoder.leaves.rnn.bidirectional
