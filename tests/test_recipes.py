@@ -22,7 +22,7 @@ def test_every_recipe_resolves_and_builds_at_every_size(name, size):
     for key, value in recipe.settings.items():
         if key in recipes.LAYER_KEYS and isinstance(value, str):
             layers = getattr(config.model, recipes.LAYER_KEYS[key])
-            assert getattr(config.model, key) == {2: 2, 3: 2, 6: 4}[layers]  # 4/6 of smoke/sweep, cpu, paper
+            assert getattr(config.model, key) == {2: 1, 3: 2, 6: 4}[layers]  # 4/6 of smoke/sweep, cpu, paper
         else:
             assert getattr(config.model, key) == value, key
     if size == "paper":
@@ -52,8 +52,9 @@ def test_paper_settings_of_the_recipes():
 
 
 def test_layer_fractions_scale_to_the_nearest_layer():
-    assert [recipes.scale_layer("4/6", n) for n in (1, 2, 3, 6, 12)] == [1, 2, 2, 4, 8]
+    assert [recipes.scale_layer("4/6", n) for n in (1, 2, 3, 4, 6, 12)] == [1, 1, 2, 3, 4, 8]
     assert recipes.scale_layer("1/6", 3) == 1 and recipes.scale_layer("6/6", 3) == 3
+    assert recipes.scale_layer("1/2", 3) == 2 and recipes.scale_layer("1/4", 2) == 1  # halves round up
     assert recipes.scale_layer(3, 6) == 3
     with pytest.raises(ConfigError, match="fraction"):
         recipes.scale_layer("4/x", 6)
