@@ -6,12 +6,11 @@ import sys
 
 import pytest
 
+from conftest import ROOT
 from models import MODELS, build_model
 from platform import recipes
 from platform.errors import ConfigError
 from platform.train import resolve_config
-
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))
