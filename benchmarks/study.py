@@ -67,11 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 def prepare(args) -> Path:
     dataset = Path(args.dataset)
     if not (dataset / "meta.json").exists():
-        from platform import prepare as prep
+        from platform.data.encode import PrepareConfig, prepare
 
         tanaka = Path(args.tanaka)
-        prep.main(["--train", str(tanaka / "train"), "--dev", str(tanaka / "dev"), "--test", str(tanaka / "test"),
-                   "--src", "ja", "--tgt", "en", "--out", str(dataset), "--quiet"])
+        prepare(PrepareConfig(src_lang="ja", tgt_lang="en"),
+                {split: tanaka / split for split in ("train", "dev", "test")}, dataset, progress=False)
     return dataset
 
 
@@ -83,27 +83,30 @@ def finished_runs(client, experiment: str) -> list:
 
 
 def run_row(row: str, seed: int, args, dataset: Path) -> None:
-    from platform import evaluate, train
-    from platform.recipes import get_recipe
+    from platform.inference import Trained, log_test_results, write_outputs
+    from platform.launch.driver import Job, run
+    from platform.training.config import resolve_config
+    from platform.training.recipes import get_recipe
 
     settings = {**BUDGET, "seed": seed}
     if args.max_steps:
         settings["max_steps_per_epoch"] = args.max_steps
-    config = train.resolve_config(get_recipe(row).model, "sweep", None,
-                                  [f"{k}={json.dumps(v)}" for k, v in settings.items()], max_epochs=args.epochs,
-                                  recipe=row)
+    config = resolve_config(get_recipe(row).model, "sweep", recipe=row, max_epochs=args.epochs,
+                            overrides=[f"{k}={json.dumps(v)}" for k, v in settings.items()])
     slug = row.replace("/", "-").replace("+", "-")
-    job = train.Job(dataset_dir=dataset, workers=1, gpus_per_worker=args.gpus_per_worker, cpus_per_worker=2.0,
+    job = Job(dataset_dir=dataset, workers=1, gpus_per_worker=args.gpus_per_worker, cpus_per_worker=2.0,
                     experiment=args.experiment,
                     tracking_uri=args.tracking_uri, run_name=f"{slug}-s{seed}-{int(time.time())}",
                     storage_path=args.storage_path, max_failures=1)
     started = time.time()
-    run_id = train.run(config, job, tags={"study_row": row, "recipe": row, "seed": str(seed)})
+    run_id = run(config, job, tags={"study_row": row, "recipe": row, "seed": str(seed)})
     tanaka = Path(args.tanaka)
+    device = "cuda" if args.gpus_per_worker else "cpu"
+    trained = Trained.load(run_id=run_id, tracking_uri=args.tracking_uri, device=device)
+    result, references = trained.score(str(tanaka / "test"), beam=4, alpha=0.6, device=device)  # the papers' decoding
     with tempfile.TemporaryDirectory() as scratch:
-        evaluate.main(["--run", run_id, "--test", str(tanaka / "test"), "--src", "ja", "--tgt", "en", "--beam", "4",
-                       "--lenpen", "0.6", "--tracking-uri", args.tracking_uri, "--out", f"{scratch}/test",
-                       "--device", "cuda" if args.gpus_per_worker else "cpu"])
+        files = write_outputs(Path(scratch) / "test", result.hypotheses, references, trained.tgt_lang)
+        log_test_results(args.tracking_uri, run_id, result, files, "test")
     sys.stderr.write(f"[study] {row} seed {seed}: run {run_id} in {time.time() - started:.0f} s\n")
 
 

@@ -228,6 +228,10 @@ class RecurrentTranslator(nn.Module):
     """An encoder producing a ``Memory`` and the attentional decoder; teacher forcing runs the
     decoder step by step (it is recurrent), decoding uses the same ``step``."""
 
+    # a tree encoder may leave a module unused in a batch (e.g. only one-word sentences): DDP
+    # must look for unused parameters (``find_unused_parameters``)
+    may_skip_parameters = True
+
     def __init__(self, config: RNNConfig, encoder: nn.Module, decoder: AttentionDecoder):
         super().__init__()
         config.validate()

@@ -136,6 +136,14 @@ def beam_search(model, src: Source, *, beam: int = 4, alpha: float = 0.6, max_le
     return [sorted(hyps, key=lambda h: -h.score)[:beam] for hyps in finished]
 
 
+def best_hypotheses(model, src: Source, *, beam: int, **options: Any) -> list[Hypothesis]:
+    """Each sentence's best hypothesis: greedy search when ``beam == 1``, else beam search's top
+    one; ``options`` are the searches' (``alpha``, ``max_len_a``, ``max_len_b``)."""
+    if beam == 1:
+        return greedy_search(model, src, **options)
+    return [hypotheses[0] for hypotheses in beam_search(model, src, beam=beam, **options)]
+
+
 def _only(log_probs: Tensor, token: int) -> Tensor:
     forced = torch.full_like(log_probs, float("-inf"))
     forced[:, token] = log_probs[:, token]

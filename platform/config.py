@@ -14,35 +14,45 @@ code.  This module only knows how to build such a dataclass from plain data, str
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import types
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
-
-import yaml
 
 from platform.errors import ConfigError
 
 C = TypeVar("C")
 
 
-class _Loader(yaml.SafeLoader):
-    """YAML with the float syntax of YAML 1.2, so ``lr: 5e-4`` is a number, not a string."""
+@functools.cache
+def _loader():
+    """YAML with the float syntax of YAML 1.2, so ``lr: 5e-4`` is a number, not a string.
 
+    Built on first use: importing this module (and the configs declared with it) needs no
+    PyYAML, so ``platform.bench`` runs with torch and ``models/`` alone."""
+    import yaml
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    __import__("re").compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""", __import__("re").X),
-    list("-+0123456789."),
-)
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+            |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+            |\.[0-9_]+(?:[eE][-+][0-9]+)?
+            |[-+]?\.(?:inf|Inf|INF)
+            |\.(?:nan|NaN|NAN))$""", re.X),
+        list("-+0123456789."),
+    )
+    return Loader
 
 
 def yaml_load(text: str):
-    return yaml.load(text, Loader=_Loader)
+    import yaml
+
+    return yaml.load(text, Loader=_loader())
 
 
 def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
@@ -89,6 +99,8 @@ def flat_dict(config: Any) -> dict[str, Any]:
 
 def dump_yaml(config: Any, path: str | Path | None = None) -> str:
     """Write the resolved config as YAML (to ``path`` if given) and return the text."""
+    import yaml
+
     text = yaml.safe_dump(to_dict(config), sort_keys=False, allow_unicode=True)
     if path is not None:
         Path(path).write_text(text, encoding="utf-8")
@@ -102,11 +114,13 @@ def load(cls: type[C], yaml_path: str | Path | None = None, overrides: Iterable[
         data = read_yaml_mapping(yaml_path)
     for override in overrides:
         key, value = parse_override(override)
-        _set_dotted(data, key, value)
+        set_dotted(data, key, value)
     return from_dict(cls, data)
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    import yaml
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -126,6 +140,8 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
 
 def parse_override(text: str) -> tuple[str, Any]:
     """``"model.d_model=512"`` → ``("model.d_model", 512)``; the value is parsed as YAML."""
+    import yaml
+
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set expects key=value, got {text!r}")
@@ -140,8 +156,29 @@ def replace(config: C, **changes: Any) -> C:
     """``dataclasses.replace`` with the same strict checking as loading."""
     data = to_dict(config)
     for key, value in changes.items():
-        _set_dotted(data, key, value)
+        set_dotted(data, key, value)
     return from_dict(type(config), data)
+
+
+def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    """``data["a"]["b"] = value`` for key ``"a.b"``, creating sections; the one dotted-key setter."""
+    *parents, last = key.split(".")
+    node = data
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {part!r} is not a section")
+        node = child
+    node[last] = value
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Merge ``extra`` into ``base`` in place, section by section (``extra`` wins)."""
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merge(base[key], value)
+        else:
+            base[key] = value
 
 
 # --------------------------------------------------------------------------- internals
@@ -153,17 +190,6 @@ def _join(prefix: str, key: str) -> str:
 
 def _is_required(field: dataclasses.Field) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-
-
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    *parents, last = key.split(".")
-    node = data
-    for part in parents:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"--set {key}: {part!r} is not a section")
-        node = child
-    node[last] = value
 
 
 def _plain(value: Any) -> Any:
@@ -245,8 +271,10 @@ __all__ = [
     "flat_dict",
     "from_dict",
     "load",
+    "merge",
     "parse_override",
     "read_yaml_mapping",
     "replace",
+    "set_dotted",
     "to_dict",
 ]

@@ -1,32 +1,39 @@
 """A trained model ready to use: loaded from an MLflow run or a checkpoint file, with the subword
-models and prepare settings it was trained with (all inside the checkpoint)."""
+models and prepare settings it was trained with (all inside the checkpoint); scoring it on a
+CoNLL-U pair set, writing and logging the outputs.  ``platform.evaluate``, ``platform.translate``
+and ``benchmarks/study.py`` are thin commands over this module."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import torch
 
-from models.search import beam_search, greedy_search
+from models import MODELS
+from models.inputs import Source
+from models.search import best_hypotheses
+from platform import atomic
 from platform import config as config_io
-from platform.batching import ParquetExamples, pad, pad_tree_parents
-from platform.conllu import Sentence
+from platform.data.batching import ParquetExamples, pad, pad_tree_parents
+from platform.data.conllu import Sentence
+from platform.data.encode import PrepareConfig, encode_corpus, read_corpus, side_columns
+from platform.data.subwords import SubwordModel
 from platform.errors import UserError
-from platform.prepare import PrepareConfig, encode_corpus, read_corpus, side_columns
-from platform.subwords import SubwordModel
-from platform.training import (
+from platform.training.checkpoint import (
     CHECKPOINT_FILE,
-    TrainConfig,
     load_checkpoint,
     model_from_checkpoint,
     subword_models_from_checkpoint,
 )
+from platform.training.config import TrainConfig
+from platform.training.context import Context
+from platform.training.evaluate import Evaluation, evaluate
+from platform.training.metrics import detokenizer
 
-from models.inputs import Source
 
 def add_model_arguments(parser) -> None:
     """The flags every command that uses a trained model shares (evaluate, translate)."""
@@ -39,15 +46,12 @@ def add_model_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
 
 
-NEEDS_TREES = {"deprel": "depth", "tree2seq": "tree", "hier_tree_gru": "tree"}
-
-
 def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
     """Download the best checkpoint of an MLflow run."""
-    from platform import tracking
+    from platform.tracking.store import client
 
     try:
-        path = tracking.client(tracking_uri).download_artifacts(run_id, f"best/{CHECKPOINT_FILE}", str(directory))
+        path = client(tracking_uri).download_artifacts(run_id, f"best/{CHECKPOINT_FILE}", str(directory))
     except Exception as error:  # unknown run, no artifact, unreachable server
         raise UserError(f"cannot fetch the best checkpoint of run {run_id} from {tracking_uri}: {error}") from None
     return Path(path)
@@ -96,19 +100,27 @@ class Trained:
 
     @property
     def needs_trees(self) -> bool:
-        return self.config.model.name in NEEDS_TREES
+        return MODELS[self.config.model.name].source_syntax is not None
 
     def check_languages(self, src: str, tgt: str | None = None) -> None:
         if src != self.src_lang or (tgt is not None and tgt != self.tgt_lang):
             raise UserError(f"the model translates {self.src_lang}->{self.tgt_lang}, not {src}->{tgt or '?'}")
 
-    def encode_pairs(self, prefix: str, directory: str | Path) -> ParquetExamples:
+    def encode_pairs(self, prefix: str) -> ParquetExamples:
         """A CoNLL-U pair set encoded exactly like the training data (nothing filtered)."""
         corpus = read_corpus(prefix, self.prepare)
         table, _ = encode_corpus(corpus, (self.src_model, self.tgt_model), self.prepare, filter_long=False, progress=False)
-        path = Path(directory) / "test.parquet"
-        pq.write_table(table, path)
-        return ParquetExamples(path)
+        return ParquetExamples(table, name=str(prefix))
+
+    def score(self, prefix: str, beam: int, alpha: float, device: str = "cpu") -> tuple[Evaluation, list[str]]:
+        """Decode and score a CoNLL-U pair set: test_bleu, test_chrf, test_bleu_tok, parse UAS;
+        returns the evaluation and the (tokenized) references."""
+        examples = self.encode_pairs(prefix)
+        config = dataclasses.replace(self.config, eval=dataclasses.replace(
+            self.config.eval, beam=beam, alpha=alpha, max_sentences=None))
+        result = evaluate(self.model, examples, config, self.tgt_model, self.tgt_lang,
+                          Context(device=torch.device(device)), prefix="test")
+        return result, list(examples.texts["tgt_text"])
 
     def source_batch(self, sentences: list[Sentence] | list[list[str]]) -> Source:
         """Sentences with trees (CoNLL-U) or plain word lists → a padded Source."""
@@ -125,9 +137,29 @@ class Trained:
     @torch.no_grad()
     def translate(self, src: Source, beam: int, alpha: float) -> list[str]:
         """Tokenized translations (words separated by spaces)."""
-        options = dict(alpha=alpha, max_len_a=self.config.eval.max_len_a, max_len_b=self.config.eval.max_len_b)
-        if beam == 1:
-            hypotheses = greedy_search(self.model, src, **options)
-        else:
-            hypotheses = [hyps[0] for hyps in beam_search(self.model, src, beam=beam, **options)]
+        hypotheses = best_hypotheses(self.model, src, beam=beam, alpha=alpha, max_len_a=self.config.eval.max_len_a,
+                                     max_len_b=self.config.eval.max_len_b)
         return [self.tgt_model.decode(h.tokens) for h in hypotheses]
+
+
+def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang: str) -> list[Path]:
+    """``OUT.hyp``/``OUT.ref`` detokenized and ``OUT.tok.hyp``/``OUT.tok.ref`` tokenized: all four or none."""
+    detok = detokenizer(lang)
+    files = {
+        out.with_name(out.name + ".hyp"): [detok(h) for h in hypotheses],
+        out.with_name(out.name + ".ref"): [detok(r) for r in references],
+        out.with_name(out.name + ".tok.hyp"): hypotheses,
+        out.with_name(out.name + ".tok.ref"): list(references),
+    }
+    return atomic.write_texts({path: "".join(line + "\n" for line in lines) for path, lines in files.items()})
+
+
+def log_test_results(tracking_uri: str, run_id: str, result: Evaluation, files: list[Path], test_name: str) -> None:
+    """The test metrics, sacrebleu signature and output files onto the run that was evaluated."""
+    from platform.tracking.logger import RunLogger
+
+    logger = RunLogger(tracking_uri, run_id, reopen=False)
+    logger.metrics(result.metrics, step=0)
+    logger.tag("test_sacrebleu_signature", result.signature)
+    for path in files:
+        logger.artifact(path, f"test/{test_name}")

@@ -18,15 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from platform import tracking
 from platform.errors import UserError, run_cli
-from platform.tune import format_table, to_csv
+from platform.launch.spaces import knob_names
+from platform.tracking.logger import RunLogger
+from platform.tracking.store import client as tracking_client
+from platform.tracking.store import resolve_tracking_uri
+from platform.tracking.tables import format_table, to_csv
+from platform.training.metrics import shown
 
-KNOBS = ["p_enc", "p_dec", "lambda_enc", "lambda_dec", "use_rel", "k_clip", "use_dep", "l_clip", "dep_keys", "dep_values",
-         "gate", "top_down", "bidirectional", "gumbel_tau", "rnn_cell", "attention", "num_layers", "dec_parse_target",
-         "optim.lr", "optim.warmup_steps", "dropout", "d_model"]
-BEST = ["dev_bleu", "dev_chrf", "dev_uas_enc", "dev_uas_dec"]
-LATEST = ["test_bleu", "test_chrf", "test_bleu_tok", "test_uas_enc", "test_uas_dec", "tokens_per_s", "num_parameters"]
+# the papers' knobs (every built-in space's and recipe's, under their one name) and the model size
+KNOBS = knob_names() + ["d_model"]
 
 
 def collect(client, experiment_id: str) -> tuple[list[dict[str, Any]], dict[str, list[float]]]:
@@ -40,11 +41,11 @@ def collect(client, experiment_id: str) -> tuple[list[dict[str, Any]], dict[str,
                                "recipe": tags.get("recipe", ""), "sweep": tags.get("sweep", ""),
                                "status": run.info.status.lower()}
         row.update({knob: params[knob] for knob in KNOBS if knob in params})
-        for key in BEST:
+        for key in shown("best"):
             values = [m.value for m in client.get_metric_history(run.info.run_id, key)]
             if values:
                 row[key] = max(values)
-        row.update({key: metrics[key] for key in LATEST if key in metrics})
+        row.update({key: metrics[key] for key in shown("last") if key in metrics})
         rows.append(row)
         curves[row["run_id"]] = history
     rows.sort(key=lambda r: -r.get("dev_bleu", -1.0))
@@ -113,15 +114,15 @@ def bootstrap(client, rows: list[dict[str, Any]], directory: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from platform import plots
+    from platform.tracking import plots
 
     parser = argparse.ArgumentParser(prog="python -m platform.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", required=True, help="MLflow experiment name")
     parser.add_argument("--out", required=True, metavar="DIR", help="where to write report.md, report.csv and plots")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
-    uri = tracking.resolve_tracking_uri(args.tracking_uri)
-    client = tracking.client(uri)
+    uri = resolve_tracking_uri(args.tracking_uri)
+    client = tracking_client(uri)
     experiment = client.get_experiment_by_name(args.experiment)
     if experiment is None:
         raise UserError(f"no experiment {args.experiment!r} in {uri}")
@@ -144,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "report.csv").write_text(to_csv(rows), encoding="utf-8")
     parent = _latest_sweep_parent(client, experiment.experiment_id)
     if parent is not None:
-        logger = tracking.RunLogger(uri, parent, reopen=False)
+        logger = RunLogger(uri, parent, reopen=False)
         for path in [out / "report.md", out / "report.csv", *images]:
             logger.artifact(path, "report")
     print(text)

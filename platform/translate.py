@@ -18,10 +18,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from platform.conllu import read_conllu
+from platform.data.conllu import read_conllu
 from platform.errors import InputError, UserError, run_cli
 from platform.inference import Trained, add_model_arguments
-from platform.metrics import detokenizer
+from platform.training.metrics import detokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,11 +57,11 @@ def read_input(conllu: bool) -> list:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from platform import tracking
+    from platform.tracking.store import resolve_tracking_uri
 
     args = build_parser().parse_args(argv)
     trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint,
-                           tracking_uri=tracking.resolve_tracking_uri(args.tracking_uri) if args.run else None,
+                           tracking_uri=resolve_tracking_uri(args.tracking_uri) if args.run else None,
                            device=args.device)  # a --checkpoint needs no MLflow at all
     if trained.needs_trees and not args.conllu:
         raise UserError(f"{trained.config.model.name} reads source trees: give CoNLL-U on stdin with --conllu "

@@ -63,9 +63,9 @@ def ray_cluster():
 @pytest.fixture(scope="session")
 def demo_dataset(tmp_path_factory) -> Path:
     """A small prepared demo dataset (2000/100/100 pairs), built once per session."""
-    from platform import demo
-    from platform.prepare import PrepareConfig, prepare_demo
-    from platform.subwords import SubwordConfig
+    from platform.data import demo
+    from platform.data.encode import PrepareConfig, prepare_demo
+    from platform.data.subwords import SubwordConfig
 
     out = tmp_path_factory.mktemp("demo") / "dataset"
     config = PrepareConfig(src_lang=demo.SRC_LANG, tgt_lang=demo.TGT_LANG, subwords=SubwordConfig(vocab_size=1000))

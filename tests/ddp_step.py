@@ -10,8 +10,10 @@ import sys
 import torch
 import torch.distributed as dist
 
-from platform.batching import ParquetExamples
-from platform.training import Context, build_training, load_train_config, train_step
+from platform.data import dataset as ds
+from platform.training.config import load_train_config
+from platform.training.context import Context
+from platform.training.step import build_training, train_step
 
 GLOBAL_BATCHES = [list(range(0, 24)), list(range(24, 40))]
 
@@ -24,7 +26,7 @@ def main(dataset: str, out: str, rank: int, world: int, init_file: str) -> None:
                                           "num_heads": 4, "d_ff": 64, "dropout": 0.0, "p_enc": 1, "p_dec": 2},
                                 "optim": {"warmup_steps": 2}})
     ctx = Context.from_torch_distributed(torch.device("cpu"))
-    examples = ParquetExamples(f"{dataset}/train.parquet")
+    examples = ds.read_examples(dataset, "train")
     model, optimizer, scheduler = build_training(config, 1000, 1000, ctx)
     wrapped = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     for indices in GLOBAL_BATCHES:

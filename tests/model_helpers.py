@@ -59,7 +59,7 @@ def tree_source(lengths, seed: int = 0, vocab: int = SRC_VOCAB) -> Source:
     """Random dependency trees turned into the batch layout of ``Source.tree_parent``."""
     import random
 
-    from platform.trees import binary_tree
+    from platform.data.trees import binary_tree
 
     rng = random.Random(seed)
     width = max(lengths)

@@ -7,7 +7,7 @@ import pytest
 
 from platform import config as cfg
 from platform.errors import ConfigError
-from platform.prepare import PrepareConfig
+from platform.data.encode import PrepareConfig
 
 
 @dataclass(frozen=True, kw_only=True)

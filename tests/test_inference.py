@@ -5,8 +5,10 @@ import gzip
 import pytest
 
 from conftest import run_module
-from platform.fit import Dataset, LocalHooks, fit
-from platform.training import Context, load_train_config
+from platform.data.dataset import PreparedDataset as Dataset
+from platform.training.loop import LocalHooks, fit
+from platform.training.config import load_train_config
+from platform.training.context import Context
 
 
 @pytest.fixture(scope="module")

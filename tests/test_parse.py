@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import run_module
-from platform.conllu import read_conllu
+from platform.data.conllu import read_conllu
 
 
 def test_ginza_parses_each_line_into_one_tree(tanaka, tmp_path):

@@ -22,8 +22,11 @@ import torch
 from conftest import ROOT, run_module
 from platform import config as config_io
 from platform.errors import ConfigError
-from platform.fit import Dataset, LocalHooks, fit
-from platform.training import Context, IncompatibleCheckpoint, load_checkpoint, load_train_config
+from platform.data.dataset import PreparedDataset as Dataset
+from platform.training.loop import LocalHooks, fit
+from platform.training.checkpoint import IncompatibleCheckpoint, load_checkpoint
+from platform.training.config import load_train_config
+from platform.training.context import Context
 
 TINY = {"name": "transformer", "num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 32, "num_heads": 4,
         "d_ff": 64}
@@ -49,7 +52,7 @@ WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})  # before torch, which imports the standard library's platform
     import torch
-    from platform.training import save_checkpoint
+    from platform.training.checkpoint import save_checkpoint
     step = 0
     while True:
         step += 1
@@ -97,7 +100,7 @@ def test_prepare_killed_midway_leaves_no_dataset_and_the_next_run_succeeds(tmp_p
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     assert not out.exists()  # nothing a later step could mistake for a dataset
-    from platform import dataset as ds
+    from platform.data import dataset as ds
     from platform.errors import UserError
 
     with pytest.raises(UserError):
@@ -108,7 +111,7 @@ def test_prepare_killed_midway_leaves_no_dataset_and_the_next_run_succeeds(tmp_p
 
 
 def test_a_replacement_killed_between_its_two_renames_gets_the_old_dataset_back(demo_dataset, tmp_path):
-    from platform.prepare import check_output
+    from platform.data.encode import check_output
 
     out = tmp_path / "dataset"
     old = tmp_path / ".dataset.old"  # what --overwrite leaves if killed after moving the old one aside
@@ -195,13 +198,14 @@ class MlflowServer:
 def test_a_tracking_outage_during_training_is_buffered_and_logged_once_the_server_is_back(tmp_path, monkeypatch, capsys):
     from mlflow.tracking import MlflowClient
 
-    from platform import tracking
+    from platform.tracking import runs
+    from platform.tracking.logger import RunLogger
 
     server = MlflowServer(tmp_path)
     server.start()
     try:
-        run_id = tracking.start_run(server.uri, "outage", "r", {"a": "1"}, {}, "a: 1\n")
-        logger = tracking.RunLogger(server.uri, run_id)
+        run_id = runs.start_run(server.uri, "outage", "r", {"a": "1"}, {}, "a: 1\n")
+        logger = RunLogger(server.uri, run_id)
         logger.metrics({"dev_bleu": 1.0}, step=1)
         server.stop()
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast here; MLflow retries by default
@@ -218,7 +222,7 @@ def test_a_tracking_outage_during_training_is_buffered_and_logged_once_the_serve
         # a CLI's own logger (keep_going=False) fails instead of buffering
         server.stop()
         with pytest.raises(Exception):
-            tracking.RunLogger(server.uri, run_id, reopen=False).tag("x", "y")
+            RunLogger(server.uri, run_id, reopen=False).tag("x", "y")
     finally:
         if server.process.poll() is None:
             server.stop()
@@ -243,7 +247,7 @@ def test_a_full_disk_during_evaluate_leaves_no_partial_output(trained_directory,
 
 
 def test_evaluate_writes_its_output_files_all_or_none(tmp_path):
-    from platform.evaluate import write_outputs
+    from platform.inference import write_outputs
 
     (tmp_path / ".test.tok.hyp.tmp").mkdir()  # the third of the four files cannot be written
     with pytest.raises(IsADirectoryError):
@@ -252,9 +256,9 @@ def test_evaluate_writes_its_output_files_all_or_none(tmp_path):
 
 
 def test_resuming_on_data_with_other_subword_models_is_refused(trained_directory, tmp_path):
-    from platform import demo
-    from platform.prepare import PrepareConfig, prepare_demo
-    from platform.subwords import SubwordConfig
+    from platform.data import demo
+    from platform.data.encode import PrepareConfig, prepare_demo
+    from platform.data.subwords import SubwordConfig
 
     other = tmp_path / "other"
     config = PrepareConfig(src_lang=demo.SRC_LANG, tgt_lang=demo.TGT_LANG, subwords=SubwordConfig(vocab_size=400))
@@ -382,7 +386,7 @@ def test_hostile_sentence_ids_and_file_names_write_nothing_outside_the_output(de
 
 
 def test_local_services_listen_on_127_0_0_1_only():
-    from platform.train import ray_init_kwargs
+    from platform.launch.cluster import ray_init_kwargs
 
     assert ray_init_kwargs(None)["dashboard_host"] == "127.0.0.1"
     assert "dashboard_host" not in ray_init_kwargs("auto")  # joining a cluster: its head decides (ray_cluster.yaml)

@@ -1,0 +1,232 @@
+"""Token-budget batches for DDP training, read from a prepared Parquet split.
+
+``ParquetExamples`` loads a split into flat numpy arrays (one values array + offsets per list
+column), so a batch is gathered with a few slices.  ``ShardedBatches`` decides the batches:
+
+1. per epoch, a generator seeded by ``(seed, epoch)`` shuffles the examples, and a stable sort
+   by length groups similar lengths (ties stay shuffled);
+2. consecutive examples are packed while ``num_sentences × (longest + 1)`` stays within
+   ``max_tokens`` (the +1 is the BOS/EOS a model adds); an example longer than the budget
+   gets a batch of its own;
+3. the batch order is shuffled; if the number of batches is not a multiple of the world size,
+   the batches with the most sentences are split in two until it is — so **every rank runs
+   the same number of steps** (DDP hangs otherwise) and **every example is seen exactly once
+   per epoch** (nothing dropped, nothing repeated);
+4. rank ``r`` takes batches ``r, r + W, r + 2W, ...``.
+
+Every rank computes the same plan from the same lengths, so no communication is needed.
+``state_dict()`` / ``load_state_dict()`` save and restore the position mid-epoch: the next
+iteration continues with exactly the batch that would have come next.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.inputs import PAD_ID
+
+LIST_COLUMNS = ("src_ids", "tgt_ids", "src_heads", "tgt_heads", "src_word", "tgt_word", "src_depth", "tgt_depth", "src_tree_parent")
+TEXT_COLUMNS = ("src_text", "tgt_text")
+PAD_VALUES = {"src_ids": PAD_ID, "tgt_ids": PAD_ID, "src_depth": 0, "tgt_depth": 0}  # others: -1
+
+
+@dataclass
+class Batch:
+    """Padded, batch-first tensors of one batch (``B`` sentences, ``S``/``T`` longest lengths).
+
+    Index-valued columns (heads, word, tree parents) are padded with -1, ids with PAD (0),
+    depths with 0.  ``src_tree_parent`` is re-indexed for the padded batch: leaves are
+    ``0..S-1`` and sentence b's phrase nodes are ``S..S+n_b-2`` (so its root is ``S+n_b-2``).
+    """
+
+    indices: torch.Tensor  # [B] row numbers in the Parquet file
+    src_ids: torch.Tensor  # [B, S] int64
+    src_lengths: torch.Tensor  # [B]
+    tgt_ids: torch.Tensor  # [B, T] int64 (no BOS/EOS: the model adds them)
+    tgt_lengths: torch.Tensor  # [B]
+    src_heads: torch.Tensor  # [B, S]
+    tgt_heads: torch.Tensor  # [B, T]
+    src_word: torch.Tensor  # [B, S]
+    tgt_word: torch.Tensor  # [B, T]
+    src_depth: torch.Tensor  # [B, S]
+    tgt_depth: torch.Tensor  # [B, T]
+    src_tree_parent: torch.Tensor  # [B, 2S-1]
+    src_text: list[str]
+    tgt_text: list[str]
+
+    @property
+    def num_tokens(self) -> int:
+        """Target tokens incl. EOS: what a loss is averaged over."""
+        return int(self.tgt_lengths.sum()) + len(self.tgt_lengths)
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, torch.Tensor):
+                moved[name] = value.to(device, non_blocking=non_blocking)
+        return Batch(**moved)
+
+
+class ParquetExamples:
+    """A prepared split held as flat numpy arrays: ``values[offsets[i]:offsets[i+1]]`` is row i."""
+
+    def __init__(self, table, name: str = "examples"):
+        """``table``: a pyarrow Table with the dataset schema's columns (``data.dataset.read_examples``
+        reads one); ``name`` says where it came from, in errors."""
+        self.name = name
+        self.values: dict[str, np.ndarray] = {}
+        self.offsets: dict[str, np.ndarray] = {}
+        for name in LIST_COLUMNS:
+            column = table.column(name).combine_chunks()
+            self.offsets[name] = column.offsets.to_numpy()
+            self.values[name] = column.values.to_numpy()
+        self.texts = {name: table.column(name).to_pylist() for name in TEXT_COLUMNS}
+        self.src_lengths = np.diff(self.offsets["src_ids"]).astype(np.int64)
+        self.tgt_lengths = np.diff(self.offsets["tgt_ids"]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.src_lengths)
+
+    def row(self, name: str, index: int) -> np.ndarray:
+        offsets = self.offsets[name]
+        return self.values[name][offsets[index]:offsets[index + 1]]
+
+    def collate(self, indices: Sequence[int]) -> Batch:
+        indices = np.asarray(indices, dtype=np.int64)
+        src_len, tgt_len = self.src_lengths[indices], self.tgt_lengths[indices]
+        longest_src, longest_tgt = int(src_len.max()), int(tgt_len.max())
+        padded = {}
+        for name in LIST_COLUMNS:
+            width = {"src": longest_src, "tgt": longest_tgt}[name[:3]]
+            if name == "src_tree_parent":
+                padded[name] = self._tree_parents(indices, longest_src)
+                continue
+            out = np.full((len(indices), width), PAD_VALUES.get(name, -1), dtype=np.int64)
+            for b, index in enumerate(indices):
+                values = self.row(name, index)
+                out[b, : len(values)] = values
+            padded[name] = torch.from_numpy(out)
+        return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
+                     tgt_lengths=torch.from_numpy(tgt_len),
+                     src_text=[self.texts["src_text"][i] for i in indices],
+                     tgt_text=[self.texts["tgt_text"][i] for i in indices], **padded)
+
+    def _tree_parents(self, indices: np.ndarray, longest: int) -> torch.Tensor:
+        return pad_tree_parents([self.row("src_tree_parent", index) for index in indices], longest)
+
+
+def pad_tree_parents(parents: Sequence[np.ndarray], longest: int) -> torch.Tensor:
+    """Per-sentence parent arrays (phrase nodes from n) → [B, 2S-1] with phrase nodes from S."""
+    out = np.full((len(parents), max(2 * longest - 1, 1)), -1, dtype=np.int64)
+    for b, parent in enumerate(parents):
+        parent = np.asarray(parent, dtype=np.int64)
+        n = (len(parent) + 1) // 2
+        parent = np.where(parent >= n, parent + longest - n, parent)  # phrase node k → k + (S - n)
+        out[b, :n] = parent[:n]
+        out[b, longest : longest + n - 1] = parent[n:]
+    return torch.from_numpy(out)
+
+
+def pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
+    """Lists of ints → a padded int64 matrix [B, longest]."""
+    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
+    for b, row in enumerate(rows):
+        out[b, : len(row)] = row
+    return torch.from_numpy(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchingConfig:
+    max_tokens: int = 4096  # per rank and step: sentences × (longest + 1)
+    shuffle: bool = True
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+
+
+class ShardedBatches:
+    """This rank's token-budget batches of a split, epoch by epoch, with a restorable position."""
+
+    def __init__(self, examples: ParquetExamples, config: BatchingConfig, *, rank: int = 0, world_size: int = 1):
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} outside world size {world_size}")
+        if len(examples) < world_size:
+            raise ValueError(f"{examples.name}: {len(examples)} examples cannot feed {world_size} ranks")
+        self.examples, self.config = examples, config
+        self.rank, self.world_size = rank, world_size
+        self.lengths = np.maximum(examples.src_lengths, examples.tgt_lengths)
+        self.epoch, self.next_batch = 0, 0
+
+    # --- the plan, identical on every rank
+    def plan(self, epoch: int) -> list[np.ndarray]:
+        """All ranks' batches of ``epoch`` (arrays of example indices), before sharding."""
+        rng = np.random.default_rng([self.config.seed, epoch])
+        order = rng.permutation(len(self.lengths)) if self.config.shuffle else np.arange(len(self.lengths))
+        order = order[np.argsort(self.lengths[order], kind="stable")]
+        batches = _pack(order, self.lengths, self.config.max_tokens)
+        if self.config.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return _split_until_divisible(batches, self.world_size)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        return self.plan(epoch)[self.rank :: self.world_size]
+
+    def __len__(self) -> int:
+        """Steps per epoch for the current epoch (the same on every rank)."""
+        return len(self.batches(self.epoch))
+
+    # --- iteration with a position
+    def __iter__(self) -> Iterator[Batch]:
+        """The rest of the current epoch from the saved position; then the position moves on."""
+        batches = self.batches(self.epoch)
+        while self.next_batch < len(batches):
+            indices = batches[self.next_batch]
+            self.next_batch += 1
+            yield self.examples.collate(indices)
+        self.epoch, self.next_batch = self.epoch + 1, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.next_batch = epoch, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "next_batch": self.next_batch, "seed": self.config.seed,
+                "world_size": self.world_size, "num_examples": len(self.lengths)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        expected = {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths)}
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(f"cannot restore batch position: saved {key}={state.get(key)!r}, now {value!r}")
+        self.epoch, self.next_batch = int(state["epoch"]), int(state["next_batch"])
+
+
+def _pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """Greedy packing of length-sorted examples under ``count × (longest + 1) <= max_tokens``."""
+    batches, start, longest = [], 0, 0
+    for position, index in enumerate(order):
+        candidate = max(longest, int(lengths[index]) + 1)
+        if position > start and candidate * (position - start + 1) > max_tokens:
+            batches.append(order[start:position])
+            start, candidate = position, int(lengths[index]) + 1
+        longest = candidate
+    batches.append(order[start:])
+    return batches
+
+
+def _split_until_divisible(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
+    batches = list(batches)
+    while len(batches) % world_size:
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        if len(batches[largest]) < 2:
+            raise ValueError(f"{sum(map(len, batches))} examples cannot be spread over {world_size} ranks")
+        half = len(batches[largest]) // 2
+        batches[largest : largest + 1] = [batches[largest][:half], batches[largest][half:]]
+    return batches

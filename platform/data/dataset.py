@@ -1,0 +1,163 @@
+"""The prepared dataset directory, and the one place that reads and writes it.
+
+    DIR/train.parquet  dev.parquet  test.parquet   one row per sentence pair (DESIGN.md §3)
+    DIR/src.model  tgt.model                        SentencePiece models (identical if joint)
+    DIR/config.yaml                                 the resolved PrepareConfig
+    DIR/meta.json                                   counts, vocab sizes, input hashes, command
+
+Everything else (preparing, training, evaluation, diagnostics) goes through the functions
+below, so reading datasets from another place (object storage) changes this module only.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from platform.data.batching import LIST_COLUMNS, TEXT_COLUMNS, ParquetExamples
+from platform.errors import InputError, UserError
+
+SPLITS = ("train", "dev", "test")
+META_FILE = "meta.json"
+CONFIG_FILE = "config.yaml"
+FORMAT_VERSION = 2
+# what changed in each version, for the error that refuses an older dataset
+FORMAT_CHANGES = {2: "src_depth/tgt_depth are word-level depths (Omote et al.), not subword-tree depths"}
+
+_ids = pa.list_(pa.int32())
+SCHEMA = pa.schema(
+    [
+        ("src_ids", _ids),
+        ("tgt_ids", _ids),
+        ("src_heads", _ids),
+        ("tgt_heads", _ids),
+        ("src_word", _ids),
+        ("tgt_word", _ids),
+        ("src_depth", pa.list_(pa.int16())),
+        ("tgt_depth", pa.list_(pa.int16())),
+        ("src_tree_parent", _ids),
+        ("src_text", pa.string()),
+        ("tgt_text", pa.string()),
+    ]
+)
+
+
+def subword_model_path(directory: str | Path, side: str) -> Path:
+    return Path(directory) / f"{side}.model"
+
+
+def split_path(directory: str | Path, split: str) -> Path:
+    return Path(directory) / f"{split}.parquet"
+
+
+def read_meta(directory: str | Path) -> dict[str, Any]:
+    path = Path(directory) / META_FILE
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{directory}: not a prepared dataset (no {META_FILE}); run python -m platform.prepare") from None
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: unreadable dataset metadata: {error}") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise UserError(f"{path}: dataset format {meta.get('format_version')!r}, this code reads {FORMAT_VERSION} "
+                        f"({FORMAT_CHANGES[FORMAT_VERSION]}); prepare it again")
+    return meta
+
+
+def split_exists(directory: str | Path, split: str) -> bool:
+    return split_path(directory, split).exists()
+
+
+def read_examples(directory: str | Path, split: str) -> ParquetExamples:
+    """One split of a prepared dataset, loaded for batching."""
+    path = split_path(directory, split)
+    return ParquetExamples(pq.read_table(path, columns=list(LIST_COLUMNS + TEXT_COLUMNS)), name=str(path))
+
+
+def write_split(directory: str | Path, split: str, table: pa.Table, row_group_size: int = 4096) -> Path:
+    path = split_path(directory, split)
+    pq.write_table(table, path, row_group_size=row_group_size, compression="zstd")
+    return path
+
+
+def read_subword_model(directory: str | Path, side: str) -> bytes:
+    return subword_model_path(directory, side).read_bytes()
+
+
+def write_subword_model(directory: str | Path, side: str, blob: bytes) -> None:
+    subword_model_path(directory, side).write_bytes(blob)
+
+
+def write_meta(directory: str | Path, meta: dict[str, Any]) -> None:
+    (Path(directory) / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read_meta_unchecked(directory: str | Path) -> dict[str, Any] | None:
+    """The metadata as written, whatever its format (None if absent or unreadable)."""
+    try:
+        return json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class PreparedDataset:
+    """A prepared dataset as training needs it: metadata, the train (and dev) examples, and the
+    subword models' bytes (saved into every checkpoint)."""
+
+    directory: Path
+    meta: dict[str, Any]
+    train: ParquetExamples
+    dev: ParquetExamples | None
+    subword_bytes: dict[str, bytes]
+
+    @classmethod
+    def open(cls, directory: str | Path, with_dev: bool = True) -> "PreparedDataset":
+        directory = Path(directory)
+        meta = read_meta(directory)
+        dev = read_examples(directory, "dev") if with_dev else None
+        blobs = {side: read_subword_model(directory, side) for side in ("src", "tgt")}
+        return cls(directory, meta, read_examples(directory, "train"), dev, blobs)
+
+
+# ------------------------------------------------------------------ inputs (CoNLL-U, text)
+
+
+def conllu_path(prefix: str | Path, lang: str) -> Path:
+    """``PREFIX.LANG.conllu`` or ``PREFIX.LANG.conllu.gz``, whichever exists (not both)."""
+    plain = Path(f"{prefix}.{lang}.conllu")
+    packed = Path(f"{plain}.gz")
+    if plain.exists() and packed.exists():
+        raise UserError(f"both {plain} and {packed} exist; remove one")
+    if plain.exists():
+        return plain
+    if packed.exists():
+        return packed
+    raise UserError(f"{plain}[.gz]: file not found")
+
+
+def open_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` of a UTF-8 text file, gzip-compressed if it ends in .gz."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise InputError(path, number, f"invalid UTF-8 (byte {error.start + 1} of the line)") from None
+                if number == 1 and line.startswith("\ufeff"):
+                    line = line[1:]
+                yield number, line.rstrip("\r\n")
+    except FileNotFoundError:
+        raise InputError(path, None, "file not found") from None
+    except (OSError, EOFError) as error:  # corrupt gzip, permission denied, a directory...
+        raise InputError(path, None, f"cannot read: {error}") from None

@@ -1,0 +1,45 @@
+"""Starting or joining Ray, the same way for every command: the repository as the jobs'
+working_dir, a local cluster's dashboard on 127.0.0.1 only, and where Ray keeps its files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME_EXCLUDES = [".git", "data", "runs", "mlruns", "*.db", ".venv", "venv", ".ci-venv", "__pycache__"]
+
+
+def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
+    """Join the cluster at ``address`` (or start a local one, with ``num_cpus`` logical CPUs);
+    nothing if Ray is initialised already."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    ray.init(**ray_init_kwargs(address, num_cpus), log_to_driver=log_to_driver, logging_level="WARNING")
+
+
+def ray_init_kwargs(address: str | None, num_cpus: int | None = None) -> dict:
+    """How the CLIs start or join Ray: the repository as working_dir; a local cluster's
+    dashboard listens on 127.0.0.1 only (reach it through ``ssh -L 8265:127.0.0.1:8265``)."""
+    kwargs = {"address": address, "runtime_env": {"working_dir": str(ROOT), "excludes": RUNTIME_EXCLUDES}}
+    if address is None:
+        kwargs["dashboard_host"] = "127.0.0.1"
+        if num_cpus is not None:
+            kwargs["num_cpus"] = num_cpus
+    return kwargs
+
+
+def storage_uri(path: str) -> str:
+    """Local directories become absolute paths; URIs (s3://, gs://, ...) stay as they are."""
+    return path if "://" in path else str(Path(path).resolve())
+
+
+def default_cpus_per_worker(workers: int) -> float:
+    """Share the cluster's CPUs (or this machine's cores) between the workers, at least one each."""
+    import ray
+
+    total = ray.cluster_resources().get("CPU", os.cpu_count() or 1) if ray.is_initialized() else (os.cpu_count() or 1)
+    return float(max(1, int(total) // workers))

@@ -1,0 +1,99 @@
+"""One training run on Ray Train V2: open the MLflow run, run a ``TorchTrainer`` of
+``--workers`` DDP workers (gloo on CPU, nccl with GPUs), close the run (DESIGN.md §5).
+
+``platform.train`` calls ``run`` once; every Tune trial of ``launch.sweep`` calls it for its
+own trainer.  The config crosses to the workers as the typed ``TrainConfig`` object (validated
+once, here), not as data to load again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from platform import config as config_io
+from platform.data import dataset as ds
+from platform.errors import UserError
+from platform.launch.cluster import start_ray
+from platform.launch.worker import train_loop_per_worker
+from platform.tracking import runs
+from platform.tracking.store import start_relay
+from platform.training.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a training run needs besides the config: where and how it runs."""
+
+    dataset_dir: Path
+    workers: int
+    gpus_per_worker: float
+    cpus_per_worker: float
+    experiment: str
+    tracking_uri: str
+    run_name: str
+    storage_path: str  # a directory, or shared storage such as s3://bucket/prefix
+    max_failures: int
+
+
+def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
+        ray_address: str | None = None, callbacks: list | None = None, reuse_tag: str | None = None) -> str:
+    """Open the MLflow run, train with Ray Train, close the run; returns the run id.
+
+    With ``reuse_tag`` (a key of ``tags``, e.g. ``trial_id``) a run that already carries that
+    tag is reopened instead of creating a duplicate (a retried trial resumes its own run).
+    Raises ``TrainingFailed`` (after marking the run FAILED) if the workers failed for good."""
+    meta = ds.read_meta(job.dataset_dir)
+    config_yaml = config_io.dump_yaml(config)
+    extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
+             "git_commit": runs.git_commit(), "dataset_sha256": runs.dataset_sha256(meta),
+             "data": str(job.dataset_dir)}
+    tags = {"model": config.model.name, **(tags or {})}
+    start_ray(ray_address)
+    start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
+    run_id = runs.find_run(job.tracking_uri, job.experiment, {reuse_tag: tags[reuse_tag]}) if reuse_tag else None
+    if run_id is None:
+        run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
+                                    tags, config_yaml, parent_run_id)
+    try:
+        _fit_with_ray(config, job, run_id, callbacks or [])
+    except BaseException as error:
+        runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True)
+        raise
+    runs.end_run(job.tracking_uri, run_id, only_if_running=True)
+    return run_id
+
+
+class TrainingFailed(UserError):
+    pass
+
+
+def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    use_gpu = job.gpus_per_worker > 0
+    resources = {"CPU": job.cpus_per_worker, **({"GPU": job.gpus_per_worker} if use_gpu else {})}
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={"config": config, "dataset_dir": str(job.dataset_dir),
+                           "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker},
+        scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
+        run_config=ray.train.RunConfig(
+            name=job.run_name, storage_path=str(job.storage_path),
+            failure_config=ray.train.FailureConfig(max_failures=job.max_failures),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="dev_bleu",
+                                                         checkpoint_score_order="max"),
+            logging_config=ray.train.LoggingConfig(log_level="ERROR"),  # our own progress lines only
+            callbacks=callbacks),
+    )
+    try:
+        return trainer.fit()
+    except ray.train.TrainingFailedError as error:
+        raise TrainingFailed(f"training failed: {_root_cause(error)}") from None
+
+
+def _root_cause(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    last = [line for line in text if line.strip()]
+    return last[-1] if last else type(error).__name__

@@ -1,0 +1,225 @@
+"""Search spaces: strict loading of ``search_spaces/<name>.yaml`` and their use with Optuna.
+
+A space file has ``model``, ``metric``, ``mode``, ``params`` (knob → distribution), optional
+``fixed`` (config values for every trial) and ``first_points`` (evaluated first, e.g. the
+paper's setting).  A knob is named as everywhere else (``tracking.runs.param_name``): a model
+field by its paper name (``p_enc``, ``dropout``), another section's key dotted (``optim.lr``);
+the config key ``model.p_enc`` is accepted for it too.  A distribution is one of
+
+    {type: int,   low: 1, high: 8, log: false}      # high may be encoder_layers / decoder_layers
+    {type: float, low: 1e-4, high: 1e-2, log: true}
+    {type: categorical, choices: [a, b]}
+
+with an optional ``when: {other.key: value}`` that samples the knob only when the condition
+holds (Optuna's define-by-run).  In ``first_points`` a layer index may be a fraction of the
+layer count (``4/6``: the paper's layer 4 of 6, scaled to the model by ``recipes.scale_layer``,
+the rule every config uses), and ``recipe: NAME`` stands for that paper recipe's knobs
+(``training/recipes.py``); keys written next to it win.  An optional top-level ``recipe``
+names the recipe the trials' base config starts from (default: the model's own).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from platform import config as config_io
+from platform.errors import ConfigError, UserError
+from platform.tracking.runs import config_key, param_name
+from platform.training import recipes
+from platform.training.config import TrainConfig, load_train_config
+
+SECTIONS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model"}  # knobs outside the model section
+
+LAYER_SYMBOLS = {"encoder_layers": "num_encoder_layers", "decoder_layers": "num_decoder_layers"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Distribution:
+    type: Literal["int", "float", "categorical"]
+    low: int | float | str | None = None
+    high: int | float | str | None = None
+    log: bool = False
+    choices: tuple[Any, ...] | None = None
+    when: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError("a categorical distribution needs choices")
+        elif self.low is None or self.high is None:
+            raise ValueError(f"an {self.type} distribution needs low and high")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpaceFile:
+    model: str
+    recipe: str | None = None  # the base config's recipe (default: the model's own)
+    metric: str = "dev_bleu"
+    mode: Literal["max", "min"] = "max"
+    params: dict[str, Distribution]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    first_points: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Space:
+    """A loaded space, with layer symbols resolved against the trial model's layer counts."""
+
+    name: str
+    spec: SpaceFile
+    layers: dict[str, int]
+
+    @property
+    def knobs(self) -> list[str]:
+        return list(self.spec.params)
+
+    def bounds(self, key: str) -> tuple[Any, Any]:
+        dist = self.spec.params[key]
+        resolve = lambda v: self.layers[v] if isinstance(v, str) and v in LAYER_SYMBOLS else v  # noqa: E731
+        return resolve(dist.low), resolve(dist.high)
+
+    def define_by_run(self, trial) -> None:
+        """Sample every knob whose condition holds (Optuna define-by-run)."""
+        for key, dist in self.spec.params.items():
+            if any(trial.params.get(k, _MISSING) != v for k, v in dist.when.items()):
+                continue
+            if dist.type == "categorical":
+                trial.suggest_categorical(key, list(dist.choices))
+            elif dist.type == "int":
+                low, high = self.bounds(key)
+                trial.suggest_int(key, int(low), int(high), log=dist.log)
+            else:
+                low, high = self.bounds(key)
+                trial.suggest_float(key, float(low), float(high), log=dist.log)
+
+    def first_points(self) -> list[dict[str, Any]]:
+        """The space's first points with fractions of the layer count resolved."""
+        points = []
+        for point in self.spec.first_points:
+            resolved = {}
+            for key, value in self._expand_recipe(point).items():
+                if key in self.spec.params and self.spec.params[key].type == "int":
+                    value = recipes.scale_layer(value, int(self.bounds(key)[1]))
+                resolved[key] = value
+            points.append(resolved)
+        return points
+
+    def _expand_recipe(self, point: dict[str, Any]) -> dict[str, Any]:
+        """``recipe: NAME`` → that recipe's settings of this space's knobs, then the point's keys."""
+        point = dict(point)
+        name = point.pop("recipe", None)
+        if name is None:
+            return point
+        recipe = recipes.get_recipe(str(name))
+        if recipe.model != self.spec.model:
+            raise ConfigError(f"space {self.name}: first point recipe {name} is a {recipe.model} recipe, not {self.spec.model}")
+        knobs = {key: value for key, value in recipe.settings.items() if key in self.spec.params}
+        unset = sorted(key for key, value in knobs.items() if value is None and key not in point)
+        if unset:
+            raise ConfigError(f"space {self.name}: first point recipe {name} leaves {', '.join(unset)} unset, "
+                              "which a knob cannot sample; give the value in the point")
+        return {**knobs, **point}
+
+    def sample(self, seed: int = 0) -> dict[str, Any]:
+        """One config drawn from the space (for --dry-run and tests)."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+        trial = study.ask()
+        self.define_by_run(trial)
+        return dict(trial.params)
+
+    def trial_config(self, base: dict[str, Any], sampled: dict[str, Any]) -> dict[str, Any]:
+        """The full config data of one trial: base, then ``fixed``, then the sampled knobs."""
+        data = copy.deepcopy(base)
+        for name, value in {**self.spec.fixed, **sampled}.items():
+            config_io.set_dotted(data, config_key(name, SECTIONS), value)
+        return data
+
+
+_MISSING = object()
+
+
+def _knob_names(raw: dict[str, Any]) -> dict[str, Any]:
+    """The space file with every knob under its one name (``model.p_enc`` → ``p_enc``)."""
+    rename = lambda mapping: {param_name(k): v for k, v in mapping.items()} if isinstance(mapping, dict) else mapping  # noqa: E731
+    raw = dict(raw)
+    for section in ("params", "fixed"):
+        if section in raw:
+            raw[section] = rename(raw[section])
+    if isinstance(raw.get("params"), dict):
+        raw["params"] = {k: {**v, "when": rename(v["when"])} if isinstance(v, dict) and "when" in v else v
+                         for k, v in raw["params"].items()}
+    if isinstance(raw.get("first_points"), list):
+        raw["first_points"] = [rename(point) for point in raw["first_points"]]
+    return raw
+
+
+def space_path(name: str) -> Path:
+    """A built-in space by name (``dbsa``), or a space YAML file of your own."""
+    from search_spaces import SPACES
+
+    if name in SPACES:
+        return Path(SPACES[name])
+    if name.endswith((".yaml", ".yml")):
+        if not Path(name).is_file():
+            raise UserError(f"{name}: search space file not found")
+        return Path(name)
+    raise UserError(f"unknown search space {name!r}; available: {', '.join(SPACES)}, or a .yaml file")
+
+
+def load_space(name: str, base: dict[str, Any]) -> Space:
+    """Load and validate space ``name`` against the base config of its model."""
+    path = space_path(name)
+    raw = _knob_names(config_io.read_yaml_mapping(path))
+    params = raw.get("params")
+    if not isinstance(params, dict) or not params:
+        raise ConfigError(f"{path}: a space needs a non-empty params mapping")
+    raw = {**raw, "params": {key: config_io.from_dict(Distribution, spec, where=f"{path}: params.{key}")
+                             for key, spec in params.items()}}
+    spec = config_io.from_dict(SpaceFile, raw, where=str(path))
+    model = load_train_config(base).model  # the layer counts the trials build (size tables or defaults)
+    layers = {symbol: getattr(model, field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
+    space = Space(name, spec, layers)
+    _validate(space, path, base)
+    return space
+
+
+def _validate(space: Space, path: Path, base: dict[str, Any]) -> None:
+    """Every knob and fixed key must be a real config key of the model, and configs must load."""
+    _, base_recipe = recipes.recipe_for(space.spec.model, space.spec.recipe)
+    for point in space.spec.first_points:
+        recipe = recipes.get_recipe(str(point["recipe"])) if "recipe" in point else None
+        for key, value in (recipe.settings.items() if recipe else ()):
+            if key not in space.spec.params and base_recipe.settings.get(key, value) != value:
+                raise ConfigError(f"{path}: first point recipe {point['recipe']} sets {key}={value!r}, which is "
+                                  f"not a knob of the space and differs from the space's base recipe "
+                                  f"({base_recipe.settings[key]!r}); add a top-level recipe or make it a knob")
+    for point in space.first_points() + [space.sample(seed) for seed in range(3)]:
+        unknown = set(point) - set(space.spec.params)
+        if unknown:
+            raise ConfigError(f"{path}: first point sets {sorted(unknown)}, which are not knobs of the space")
+        try:
+            load_train_config(space.trial_config(base, point))
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
+
+
+def knob_names() -> list[str]:
+    """Every knob of the built-in spaces and every setting of the papers' recipes, by its one
+    name, in a stable order (the columns of ``platform.report``)."""
+    from search_spaces import SPACES
+
+    names: dict[str, None] = {}
+    for path in SPACES.values():
+        raw = _knob_names(config_io.read_yaml_mapping(path))
+        names.update(dict.fromkeys(raw.get("params", {})))
+        names.update(dict.fromkeys(raw.get("fixed", {})))
+    for recipe in recipes.RECIPES.values():
+        names.update(dict.fromkeys(recipe.settings))
+    return list(names)

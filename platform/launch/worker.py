@@ -1,0 +1,146 @@
+"""The Ray Train worker: ``train_loop_per_worker`` runs ``training.loop.fit`` in every DDP worker
+with ``RayHooks`` (DDP wrapping, checkpoints through ``ray.train.report``, resuming from
+``ray.train.get_checkpoint()``, and rank 0's MLflow logging)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from platform.data.dataset import PreparedDataset
+from platform.tracking.logger import RunLogger
+from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+from platform.training.config import TrainConfig
+from platform.training.context import Context
+from platform.training.loop import fit, write_temp_checkpoint
+from platform.training.step import Diverged
+
+
+def train_loop_per_worker(loop: dict[str, Any]) -> None:
+    """Ray Train entry point on every worker: build the context and hooks, then ``fit``."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    config: TrainConfig = loop["config"]  # the typed object, validated by the driver
+    torch.set_num_threads(max(1, min(int(loop["cpus_per_worker"]), os.cpu_count() or 1)))  # Ray pins 1 thread otherwise
+    ctx = Context.from_torch_distributed(ray.train.torch.get_device())
+    dataset = PreparedDataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
+    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, loop["dataset_dir"])
+    try:
+        fit(config, dataset, ctx, hooks, log=_write_line)
+        hooks.finish()
+    finally:
+        if hooks.logger is not None:
+            hooks.logger.close()  # a last try at what an outage held back; says what is lost
+
+
+def _write_line(line: str) -> None:
+    """Progress lines from rank 0 (not ``print``: Ray Train patches it and would log them twice)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+class RayHooks:
+    """Ray Train around ``fit``: DDP wrapping, checkpoints through ``ray.train.report``,
+    resuming from ``ray.train.get_checkpoint()``, and rank 0's MLflow logging."""
+
+    def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str):
+        self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
+        self.logger = RunLogger(tracking_uri, run_id) if rank == 0 else None
+        if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
+            import platform as _platform
+
+            import ray
+
+            self.logger.tag("node_id", ray.get_runtime_context().get_node_id())
+            self.logger.tag("hostname", _platform.node())
+            reason = self.logger.get_tag("diverged")
+            if reason:  # Ray restarted a worker group that diverged: it would diverge again
+                self.logger.tag("retry_refused", "the run diverged; a restart would diverge again")
+                raise Diverged(reason)
+        self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
+        self.history: list[dict[str, float]] = []
+
+    def resume(self) -> dict | None:
+        import ray.train
+
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as directory:
+            state = load_checkpoint(Path(directory) / CHECKPOINT_FILE)
+        self.history = list(state["progress"]["history"])
+        if self.logger is not None:  # visible in MLflow: this run survived a failure
+            restarts = int(self.logger.get_tag("restarts") or 0) + 1
+            self.logger.tag("restarts", str(restarts))
+            self.logger.tag("resumed_from_epoch", str(state["progress"]["epoch"]))
+            self._relog_missing_epochs()
+        return state
+
+    def _relog_missing_epochs(self) -> None:
+        """Epochs in the checkpoint whose metrics never reached MLflow (an outage before the
+        failure) are logged now, so the run's curves have no gap."""
+        try:
+            logged = {int(m.step) for m in self.logger.client.get_metric_history(self.logger.run_id, "epoch")}
+        except Exception:  # noqa: BLE001 - unreachable: the buffered logger will catch up anyway
+            logged = set()
+        for metrics in self.history:
+            if int(metrics["epoch"]) not in logged:
+                self.logger.metrics(metrics, step=int(metrics["epoch"]))
+
+    def diverged(self, reason: str) -> None:
+        if self.logger is not None:
+            self.logger.tag("diverged", reason)
+
+    def wrap(self, model):
+        import ray.train.torch
+
+        if self.logger is not None:
+            self.logger.metrics({"num_parameters": float(sum(p.numel() for p in model.parameters()))}, step=0)
+
+        unused = getattr(model, "may_skip_parameters", False)  # see models.rnn.RecurrentTranslator
+        return ray.train.torch.prepare_model(model, move_to_device=False, parallel_strategy="ddp",
+                                             parallel_strategy_kwargs={"find_unused_parameters": unused})
+
+    def report(self, metrics, state, evaluation, is_best) -> None:
+        import ray.train
+
+        if self.rank != 0:
+            ray.train.report(metrics)
+            return
+        self.history.append(metrics)
+        self._log(metrics, state, evaluation, is_best)
+        directory = write_temp_checkpoint(state)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
+
+    def _log(self, metrics, state, evaluation, is_best) -> None:
+        from platform.tracking import plots  # matplotlib: only rank 0 needs it
+
+        epoch = int(metrics["epoch"])
+        self.logger.metrics(metrics, step=epoch)
+        plots.learning_curves(self.history, self.workdir / "learning_curves.png")
+        self.logger.artifact(self.workdir / "learning_curves.png", "plots")
+        if evaluation is not None:
+            self.logger.text("\n".join(evaluation.hypotheses) + "\n", f"dev_hypotheses/epoch_{epoch:03d}.txt")
+            self.logger.tag("sacrebleu_signature", evaluation.signature)
+        if is_best:
+            save_checkpoint(state, self.workdir / "best" / CHECKPOINT_FILE)
+            self.logger.artifact(self.workdir / "best" / CHECKPOINT_FILE, "best")
+            self.logger.tag("best_epoch", str(epoch))
+            if evaluation is not None:
+                self.logger.text("\n".join(evaluation.hypotheses) + "\n", "dev_hypotheses/best.txt")
+
+    def finish(self) -> None:
+        if self.rank == 0 and self.logger is not None:
+            from platform.tracking.diagnostics import log_parse_heat_map
+
+            log_parse_heat_map(self.logger, self.workdir / "best" / CHECKPOINT_FILE, self.dataset_dir, self.workdir)
+            for _ in range(3):  # a tracking outage at the very end: a few more tries (close() reports the rest)
+                if self.logger.flush(force=True):
+                    return
+                time.sleep(10)

@@ -1,0 +1,124 @@
+"""An MLflow run's life: opened with its params, tags and resolved config by the process that
+launches the training (the ``platform.train`` driver, or a Tune trial), found again on a retry,
+and closed as FINISHED or FAILED (the error as a tag) — a run is never left RUNNING.  During
+training only rank 0 writes to it (``tracking.logger``).
+
+A knob has one name everywhere (``param_name``): MLflow params, Tune/Optuna parameters, sweep
+summaries and reports use the paper names of model fields (``p_enc``) and dotted names for the
+other sections (``optim.lr``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from platform import config as config_io
+from platform.tracking.artifacts import log_text
+from platform.tracking.store import client
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_SECTION = "model."
+
+
+def param_name(config_key: str) -> str:
+    """A dotted config key's name as a knob and an MLflow param: ``model.p_enc`` → ``p_enc``,
+    ``optim.lr`` stays ``optim.lr``."""
+    return config_key[len(MODEL_SECTION):] if config_key.startswith(MODEL_SECTION) else config_key
+
+
+def config_key(name: str, sections: set[str]) -> str:
+    """The inverse of ``param_name``: a name whose first part is one of ``sections`` (the
+    TrainConfig's own fields) is already a config key; any other is a model field."""
+    return name if name.split(".")[0] in sections else MODEL_SECTION + name
+
+
+def git_commit() -> str:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if commit.returncode:
+        return "unknown"
+    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def dataset_sha256(meta: dict[str, Any]) -> str:
+    """One hash of a prepared dataset: its inputs' hashes and its prepare settings."""
+    payload = json.dumps({"inputs": sorted(meta.get("inputs_sha256", {}).values()), "config": meta.get("config")},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def run_params(train_config, extra: dict[str, Any]) -> dict[str, str]:
+    """Flat params: model fields under their paper names (p_enc, k_clip, ...), other sections dotted."""
+    params = {param_name(key): value for key, value in config_io.flat_dict(train_config).items()
+              if key != "model.name"}
+    params.update(extra)
+    return {key: str(value)[:6000] for key, value in params.items()}
+
+
+def experiment_id(tracking_uri: str, name: str) -> str:
+    mlflow_client = client(tracking_uri)
+    experiment = mlflow_client.get_experiment_by_name(name)
+    if experiment is not None:
+        if experiment.lifecycle_stage == "deleted":
+            mlflow_client.restore_experiment(experiment.experiment_id)
+        return experiment.experiment_id
+    try:
+        return mlflow_client.create_experiment(name)
+    except Exception:  # created meanwhile by a concurrent trial
+        return mlflow_client.get_experiment_by_name(name).experiment_id
+
+
+def start_run(tracking_uri: str, experiment: str, run_name: str, params: dict[str, str], tags: dict[str, str],
+              config_yaml: str, parent_run_id: str | None = None) -> str:
+    """Create a run with its params, tags and ``config.yaml``; returns the run id."""
+    from mlflow.entities import Param, RunTag
+
+    mlflow_client = client(tracking_uri)
+    all_tags = dict(tags)
+    if parent_run_id:
+        all_tags["mlflow.parentRunId"] = parent_run_id
+    run = mlflow_client.create_run(experiment_id(tracking_uri, experiment), run_name=run_name, tags=all_tags)
+    run_id = run.info.run_id
+    items = [Param(key, value) for key, value in params.items()]
+    for start in range(0, len(items), 100):
+        mlflow_client.log_batch(run_id, params=items[start:start + 100])
+    mlflow_client.log_batch(run_id, tags=[RunTag("mlflow.note.content", f"resolved config:\n```\n{config_yaml}```")])
+    log_text(tracking_uri, run_id, config_yaml, "config.yaml")
+    return run_id
+
+
+def find_run(tracking_uri: str, experiment: str, tags: dict[str, str]) -> str | None:
+    """The id of a run of ``experiment`` carrying all ``tags`` (None if there is none)."""
+    mlflow_client = client(tracking_uri)
+    found = mlflow_client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    query = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
+    runs = mlflow_client.search_runs([found.experiment_id], filter_string=query, max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None,
+            only_if_running: bool = False) -> None:
+    """Close the run FINISHED, or FAILED with the error as a tag.
+
+    ``only_if_running`` leaves a run that someone else (the sweep driver) closed already as it
+    is: a trial that Tune stopped may see its training interrupted after the driver marked its
+    run FINISHED, and that interruption is not a failure."""
+    mlflow_client = client(tracking_uri)
+    if only_if_running and mlflow_client.get_run(run_id).info.status != "RUNNING":
+        return
+    if error is not None:
+        message = str(error) if str(error) else type(error).__name__
+        mlflow_client.set_tag(run_id, "error", message[:5000])
+        mlflow_client.set_terminated(run_id, status="FAILED")
+    else:
+        mlflow_client.set_terminated(run_id, status="FINISHED")

@@ -1,0 +1,139 @@
+"""The MLflow store (DESIGN.md §7): which one (``resolve_tracking_uri``), whether it answers,
+and a client for it — direct, or through the relay actor where only the driver's node can
+reach it.  Explicit run ids everywhere (``MlflowClient``), no global MLflow state."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from platform.errors import UserError
+
+
+def resolve_tracking_uri(flag: str | None = None) -> str:
+    """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd;
+    a store that cannot be reached is a one-line error here, before any work."""
+    uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    check_reachable(uri)
+    return uri
+
+
+def client(tracking_uri: str):
+    """An MLflow client for ``tracking_uri``: direct, or through the relay actor if one runs."""
+    relay = _find_relay(tracking_uri)
+    if relay is not None:
+        return RelayClient(relay)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+# ------------------------------------------------------------------------------ the relay
+# A store only the driver's machine can reach — an sqlite file, or a server bound to
+# 127.0.0.1 as on the ray_cluster.yaml head — is written through one Ray actor pinned to the
+# driver's node.  Workers on other nodes (rank 0 of a trial, trial drivers) send it their calls;
+# one actor also serialises the writes that sqlite would otherwise refuse under contention.
+
+
+def needs_relay(tracking_uri: str) -> bool:
+    uri = tracking_uri.lower()
+    return (uri.startswith(("sqlite:", "file:")) or "://" not in uri
+            or any(host in uri for host in ("://127.0.0.1", "://localhost", "://[::1]")))
+
+
+def relay_name(tracking_uri: str) -> str:
+    return "nmt-mlflow-relay-" + hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
+
+
+def start_relay(tracking_uri: str):
+    """Start (or find) the relay for ``tracking_uri`` on this node; needs Ray to be initialized."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not needs_relay(tracking_uri):
+        return None
+    here = ray.get_runtime_context().get_node_id()
+    actor = ray.remote(num_cpus=0)(MlflowRelay).options(
+        name=relay_name(tracking_uri), get_if_exists=True,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False))
+    return actor.remote(tracking_uri)
+
+
+def _find_relay(tracking_uri: str):
+    try:
+        import ray
+
+        if not ray.is_initialized() or not needs_relay(tracking_uri):
+            return None
+        return ray.get_actor(relay_name(tracking_uri))
+    except (ImportError, ValueError):  # no Ray, or no relay started for this store
+        return None
+
+
+class MlflowRelay:
+    """The actor: an MlflowClient on the driver's node."""
+
+    def __init__(self, tracking_uri: str):
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+
+    def call(self, method: str, *args, **kwargs):
+        return getattr(self.client, method)(*args, **kwargs)
+
+    def log_artifact_bytes(self, run_id: str, name: str, data: bytes, directory: str | None) -> None:
+        from platform.tracking.artifacts import upload_bytes
+
+        upload_bytes(self.client, run_id, name, data, directory)
+
+
+class RelayClient:
+    """MlflowClient's methods, executed by the relay; artifact files travel as bytes."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
+        import ray
+
+        data = Path(local_path).read_bytes()
+        ray.get(self.actor.log_artifact_bytes.remote(run_id, Path(local_path).name, data, artifact_path))
+
+    def __getattr__(self, method: str):
+        import ray
+
+        return lambda *args, **kwargs: ray.get(self.actor.call.remote(method, *args, **kwargs))
+
+
+def _unreachable(url: str, timeout: float) -> str | None:
+    """Why nothing usable answers at ``url`` (None if something does)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - the user's own tracking server
+            return None
+    except urllib.error.HTTPError as error:  # a server answered: fine unless it is failing (5xx)
+        return f"HTTP {error.code} {error.reason}" if error.code >= 500 else None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        if isinstance(reason, ssl.SSLError):
+            return None  # TLS settings are MLflow's business (MLFLOW_TRACKING_SERVER_CERT_PATH, ...)
+        return str(reason)
+
+
+def check_reachable(tracking_uri: str, timeout: float = 5.0) -> None:
+    """Fail fast with one line when the store cannot be used, before any training starts."""
+    if tracking_uri.startswith(("http://", "https://")):
+        reason = _unreachable(tracking_uri.rstrip("/") + "/health", timeout)
+        if reason is not None:
+            raise UserError(f"cannot reach the MLflow tracking server at {tracking_uri} ({reason}); start it "
+                            f"(mlflow server --host 127.0.0.1 ...) or pass another --tracking-uri")
+    elif tracking_uri.startswith("sqlite:///"):
+        directory = Path(tracking_uri[len("sqlite:///"):]).parent
+        if not directory.is_dir():
+            raise UserError(f"the directory of the MLflow database {tracking_uri} does not exist: {directory}")
+        if not os.access(directory, os.W_OK):
+            raise UserError(f"cannot write the MLflow database {tracking_uri}: {directory} is not writable")

@@ -1,0 +1,135 @@
+"""A training run's config: ``TrainConfig``, the size presets, and the one resolver.
+
+``resolve`` builds a run's config data from a model (or recipe), a size, a YAML file and
+``--set`` overrides; ``platform.train`` loads it as is and ``platform.tune`` applies each
+trial's knobs to it first.  ``load_train_config`` is the one strict loader (the model's
+config class chosen by ``model.name``, recipes' layer fractions resolved).
+
+Nothing here imports pyarrow, sacrebleu or Ray: ``platform.bench`` builds configs with torch
+and ``models/`` alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from models import MODELS
+from models.rnn import RNNConfig
+from models.transformer import TransformerConfig
+from platform import config as config_io
+from platform.data.batching import BatchingConfig
+from platform.errors import ConfigError
+from platform.training import recipes
+from platform.training.evaluate import EvalConfig
+from platform.training.step import OptimConfig
+
+# the model section is one of the models' config classes (models/build.py's table)
+ModelConfig = Union[tuple(dict.fromkeys(spec.config_class for spec in MODELS.values()))]  # noqa: UP007
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    model: ModelConfig
+    batching: BatchingConfig = field(default_factory=BatchingConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    max_epochs: int = 10
+    max_steps_per_epoch: int | None = None  # cut epochs short (smoke runs)
+    patience: int | None = None  # stop after this many epochs without a better dev_bleu
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_epochs < 1:
+            raise ValueError(f"max_epochs must be ≥ 1, got {self.max_epochs}")
+
+
+# The model dimensions of each size, per model config class (a new model of an existing class
+# needs no entry).  CPU: what ``python -m platform.train --model NAME`` uses without --set;
+# sweep: the default of platform.tune on a CPU (many short trials); paper: each recipe's own.
+SIZES = {
+    "cpu": {
+        TransformerConfig: dict(num_encoder_layers=3, num_decoder_layers=3, d_model=256, num_heads=4, d_ff=1024,
+                                dropout=0.1),
+        RNNConfig: dict(d_embed=256, d_hidden=256, dropout=0.2),
+    },
+    "sweep": {
+        TransformerConfig: dict(num_encoder_layers=2, num_decoder_layers=2, d_model=128, num_heads=4, d_ff=512,
+                                dropout=0.1),
+        RNNConfig: dict(d_embed=128, d_hidden=128, dropout=0.2),
+    },
+    "smoke": {
+        TransformerConfig: dict(num_encoder_layers=2, num_decoder_layers=2, d_model=32, num_heads=4, d_ff=64,
+                                dropout=0.1),
+        RNNConfig: dict(d_embed=32, d_hidden=32, dropout=0.1),
+    },
+}
+# The rest of a run's defaults per size.  CPU: small batches and a short warm-up, so the demo
+# corpus gets ~250 updates per epoch.
+RUN_PRESETS = {
+    "cpu": {"batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 200}},
+    "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},
+    "sweep": {"max_epochs": 4, "max_steps_per_epoch": 100, "eval": {"max_sentences": 200},
+              "batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 100}},
+    "smoke": {"max_epochs": 2, "max_steps_per_epoch": 8, "eval": {"max_sentences": 40},
+              "optim": {"warmup_steps": 10}, "batching": {"max_tokens": 1024}},
+}
+
+
+def model_defaults(name: str, size: str, recipe: str | None = None) -> dict[str, Any]:
+    """The model section a run starts from: the model's preset, its recipe (``training/recipes.py``;
+    the model's default recipe when None), then the size's dimensions (the recipe's own under
+    ``paper``).  Fractional parse layers (``4/6``) stay fractions until ``load_train_config``."""
+    if name not in MODELS:
+        raise ConfigError(f"unknown model {name!r}; available: {', '.join(MODELS)}")
+    _, found = recipes.recipe_for(name, recipe)
+    dims = found.paper_size if size == "paper" else SIZES[size][MODELS[name].config_class]
+    return {**MODELS[name].preset, **found.settings, **dims}
+
+
+def load_train_config(data: dict[str, Any]) -> TrainConfig:
+    """Strictly build a TrainConfig; ``model.name`` chooses the model's config class."""
+    data = dict(data)
+    model = data.pop("model", None)
+    if not isinstance(model, dict) or "name" not in model:
+        raise ConfigError("the config needs a model section with a name")
+    if model["name"] not in MODELS:
+        raise ConfigError(f"unknown model {model['name']!r}; available: {', '.join(MODELS)}")
+    config_class = MODELS[model["name"]].config_class
+    layer_counts = {f.name: f.default for f in dataclasses.fields(config_class) if f.name in recipes.LAYER_KEYS.values()}
+    model = recipes.resolve_layers(model, layer_counts)  # p_enc: 4/6 → a layer of this model
+    model_config = config_io.from_dict(config_class, model, where="model")
+    try:
+        model_config.validate()
+    except ValueError as error:
+        raise ConfigError(f"model: {error}") from None
+    return config_io.from_dict(TrainConfig, {**data, "model": model_config})
+
+
+def resolve(model: str, size: str, *, recipe: str | None = None, config_file: str | None = None,
+            overrides: Sequence[str] = (), max_epochs: int | None = None) -> dict[str, Any]:
+    """A run's config data: the model's preset, recipe and size defaults, the size's run preset,
+    then the YAML file, then ``--set`` overrides, then ``max_epochs``; checked by loading it.
+
+    ``platform.train`` loads this; ``platform.tune`` applies each trial's knobs to it first."""
+    data: dict[str, Any] = {"model": model_defaults(model, size, recipe)}
+    config_io.merge(data, copy.deepcopy(RUN_PRESETS[size]))
+    if config_file:
+        config_io.merge(data, config_io.read_yaml_mapping(config_file))
+    for override in overrides:
+        config_io.set_dotted(data, *config_io.parse_override(override))
+    if max_epochs is not None:
+        data["max_epochs"] = max_epochs
+    named = data["model"].get("name", model)
+    if named != model:
+        raise ConfigError(f"--model {model} but the config names model {named!r}")
+    data["model"]["name"] = model
+    load_train_config(data)  # fail here, on the user's input, not in a worker
+    return data
+
+
+def resolve_config(model: str, size: str, **options: Any) -> TrainConfig:
+    """``resolve`` loaded: the TrainConfig of one run."""
+    return load_train_config(resolve(model, size, **options))

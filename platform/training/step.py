@@ -1,0 +1,118 @@
+"""One optimizer update: Adam with the inverse-square-root schedule, the loss of
+``platform.training.loss``, gradient clipping, bf16 autocast on GPU (DESIGN.md §5).
+
+Imports torch and ``models/`` only, so ``platform.bench`` times exactly this step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from models import build_model
+from platform.training.context import Context, seed_everything
+from platform.training.loss import combine, loss_sums, teacher_forcing, to_source
+
+if TYPE_CHECKING:
+    from platform.data.batching import Batch
+    from platform.training.config import TrainConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
+    warmup_steps: int = 400  # inverse-square-root schedule of Vaswani et al. (paper: 4000)
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0  # 0 disables gradient clipping
+    label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.warmup_steps < 0:
+            raise ValueError("lr must be positive and warmup_steps non-negative")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:
+    """Vaswani et al. §5.3, scaled to peak 1: min(step / warmup, sqrt(warmup / step))."""
+
+    def factor(step: int) -> float:
+        step = max(step, 1)
+        if warmup_steps == 0:
+            return 1.0 / math.sqrt(step)
+        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+    return factor
+
+
+def build_optimizer(model: nn.Module, optim: OptimConfig):
+    """Adam and its inverse-square-root schedule for ``model``'s parameters."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps,
+                                 weight_decay=optim.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(optim.warmup_steps))
+    return optimizer, scheduler
+
+
+def build_training(config: TrainConfig, src_vocab: int, tgt_vocab: int, ctx: Context):
+    """Model, optimizer and scheduler for ``config`` on ``ctx.device``, seeded."""
+    seed_everything(config.seed)
+    model = build_model(config.model, src_vocab, tgt_vocab).to(ctx.device)
+    return (model, *build_optimizer(model, config.optim))
+
+
+@dataclass
+class StepResult:
+    loss: float  # combined loss per target token (this rank's estimate)
+    num_tokens: int  # global target tokens of the step
+    grad_norm: float
+
+
+class Diverged(FloatingPointError):
+    """The loss became NaN/inf: training stops for good (a restart would diverge again)."""
+
+
+def train_step(model: nn.Module, optimizer, scheduler, batch: Batch, config: TrainConfig, ctx: Context) -> StepResult:
+    """One optimizer update on ``batch`` (this rank's share of the global batch)."""
+    model.train()
+    batch = batch.to(ctx.device)
+    tgt_in, tgt_out = teacher_forcing(batch)
+    with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
+        output = model(to_source(batch), tgt_in)
+    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
+    # one all-reduce carries the global counts and how many ranks saw a non-finite loss, so
+    # every rank stops at the same step (a rank raising alone would leave the others in DDP)
+    weights = getattr(config.model, "lambda_enc", 0.0), getattr(config.model, "lambda_dec", 0.0)
+    reduced = ctx.all_reduce(torch.cat([sums.counts(), sums.nonfinite(*weights).reshape(1)]))
+    global_counts, bad_ranks = reduced[:3], int(reduced[3])
+    loss = combine(sums, global_counts, config.model, ctx.world_size)
+    if bad_ranks or not torch.isfinite(loss):
+        raise Diverged(f"loss became {float(loss.detach())} on {max(bad_ranks, 1)} of {ctx.world_size} rank(s)")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip_norm or float("inf"))
+    optimizer.step()
+    scheduler.step()
+    # this rank's loss × world size / global count: the global mean when the ranks' shares are even
+    return StepResult(loss=float(loss.detach()), num_tokens=int(global_counts[0]), grad_norm=float(norm))
+
+
+class Throughput:
+    """Target tokens per second over an epoch."""
+
+    def __init__(self) -> None:
+        self.tokens, self.start = 0, time.perf_counter()
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+    @property
+    def per_second(self) -> float:
+        return self.tokens / max(time.perf_counter() - self.start, 1e-9)

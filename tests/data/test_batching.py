@@ -1,0 +1,93 @@
+"""Token-budget batches: deterministic, equal steps on every rank, full coverage, exact resume."""
+
+import numpy as np
+import pytest
+import torch
+
+from platform.data import dataset as ds
+from platform.data.batching import BatchingConfig, ShardedBatches
+
+
+@pytest.fixture(scope="module")
+def examples(demo_dataset):
+    return ds.read_examples(demo_dataset, "train")
+
+
+def shards(examples, world_size, **config):
+    return [ShardedBatches(examples, BatchingConfig(**config), rank=r, world_size=world_size) for r in range(world_size)]
+
+
+def test_same_seed_same_batches_other_seed_or_epoch_other_batches(examples):
+    a, b, c = (ShardedBatches(examples, BatchingConfig(max_tokens=1000, seed=s)) for s in (1, 1, 2))
+    same = lambda x, y: len(x) == len(y) and all(np.array_equal(p, q) for p, q in zip(x, y))  # noqa: E731
+    assert same(a.batches(0), b.batches(0))
+    assert not same(a.batches(0), c.batches(0))
+    assert not same(a.batches(0), a.batches(1))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("max_tokens", [64, 500, 3000])
+def test_every_rank_gets_the_same_number_of_batches_and_every_example_once(examples, world_size, max_tokens):
+    ranks = shards(examples, world_size, max_tokens=max_tokens)
+    for epoch in (0, 1):
+        per_rank = [r.batches(epoch) for r in ranks]
+        assert len({len(b) for b in per_rank}) == 1
+        seen = np.concatenate([batch for batches in per_rank for batch in batches])
+        assert np.array_equal(np.sort(seen), np.arange(len(examples)))
+
+
+def test_batches_respect_the_token_budget_and_group_similar_lengths(examples):
+    (sampler,) = shards(examples, 1, max_tokens=800)
+    lengths = sampler.lengths
+    spreads = []
+    for batch in sampler.batches(0):
+        longest = lengths[batch].max()
+        assert len(batch) == 1 or len(batch) * (longest + 1) <= 800
+        spreads.append(longest - lengths[batch].min())
+    random_spread = np.mean([np.ptp(lengths[np.random.default_rng(0).choice(len(lengths), 40)]) for _ in range(20)])
+    assert np.mean(spreads) < random_spread / 3
+
+
+def test_collated_batch_matches_the_rows(examples):
+    (sampler,) = shards(examples, 1, max_tokens=600)
+    batch = next(iter(sampler))
+    for b, index in enumerate(batch.indices.tolist()):
+        n = int(batch.src_lengths[b])
+        assert batch.src_ids[b, :n].tolist() == examples.row("src_ids", index).tolist()
+        assert torch.all(batch.src_ids[b, n:] == 0) and torch.all(batch.src_heads[b, n:] == -1)
+        m = int(batch.tgt_lengths[b])
+        assert batch.tgt_heads[b, :m].tolist() == examples.row("tgt_heads", index).tolist()
+        # tree parents re-indexed for the padded batch: phrase nodes start at S
+        S = batch.src_ids.shape[1]
+        parent = examples.row("src_tree_parent", index).astype(int)
+        remap = lambda k: k if k < n else k - n + S  # noqa: E731
+        expected = [remap(p) if p >= 0 else -1 for p in parent]
+        got = batch.src_tree_parent[b, :n].tolist() + batch.src_tree_parent[b, S:S + n - 1].tolist()
+        assert got == expected
+        assert batch.src_text[b] == examples.texts["src_text"][index]
+
+
+def test_restore_mid_epoch_continues_exactly(examples):
+    config = dict(max_tokens=700, seed=5)
+    ranks = shards(examples, 2, **config)
+    reference = [[b.indices.tolist() for b in ranks[1]] for _ in range(2)]  # epochs 0 and 1
+    interrupted = ShardedBatches(examples, BatchingConfig(**config), rank=1, world_size=2)
+    iterator = iter(interrupted)
+    consumed = [next(iterator).indices.tolist() for _ in range(4)]
+    state = interrupted.state_dict()
+    resumed = ShardedBatches(examples, BatchingConfig(**config), rank=1, world_size=2)
+    resumed.load_state_dict(state)
+    rest = [b.indices.tolist() for b in resumed]
+    assert consumed + rest == reference[0]
+    assert [b.indices.tolist() for b in resumed] == reference[1]  # and the next epoch follows
+
+
+def test_restoring_into_a_different_setup_is_refused(examples):
+    state = ShardedBatches(examples, BatchingConfig(seed=1), rank=0, world_size=2).state_dict()
+    with pytest.raises(ValueError, match="world_size"):
+        ShardedBatches(examples, BatchingConfig(seed=1), rank=0, world_size=4).load_state_dict(state)
+
+
+def test_too_few_examples_for_the_ranks_is_an_error(examples):
+    with pytest.raises(ValueError, match="cannot feed"):
+        ShardedBatches(examples, BatchingConfig(), rank=0, world_size=len(examples) + 1)

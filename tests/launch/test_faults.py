@@ -1,0 +1,183 @@
+"""Faults done for real to the session's local Ray cluster: a Train worker SIGKILLed mid-epoch,
+the sweep driver's process group SIGKILLed mid-sweep, a diverging trial, and a sweep with more
+trials than fit at once.  MLflow (sqlite) and Optuna are real; nothing is mocked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import ROOT
+from platform import train, tune
+from platform.launch import sweep
+from platform.launch.spaces import load_space
+
+pytestmark = pytest.mark.slow
+
+
+def runs_of(uri: str, experiment: str):
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client, (client.search_runs([found.experiment_id], max_results=1000) if found else [])
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.3):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def alive_train_workers() -> list[int]:
+    import ray
+    from ray.util.state import list_actors
+
+    # this cluster's address: "auto" fails when another Ray instance runs on the machine
+    address = ray.get_runtime_context().gcs_address
+    actors = list_actors(address=address, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+                         raise_on_missing_output=False)
+    return sorted(actor.pid for actor in actors)
+
+
+def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_cluster, demo_dataset, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    storage = tmp_path / "runs"
+    args = ["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2", "--max-epochs", "3",
+            "--set", "max_steps_per_epoch=30", "--experiment", "kill-worker", "--tracking-uri", uri,
+            "--storage-path", str(storage), "--max-failures", "1", "--name", "victim"]
+    killed: list[int] = []
+    failures: list[BaseException] = []
+
+    def kill_one_worker_after_the_first_checkpoint():
+        try:
+            # registered by Ray (in its snapshot), not merely being copied into storage
+            snapshot = storage / "victim" / "checkpoint_manager_snapshot.json"
+            wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text(), 300, "the first checkpoint")
+            pids = wait_for(lambda: (p := alive_train_workers()) and len(p) == 2 and p, 60, "two live workers")
+            time.sleep(0.5)  # into epoch 2
+            os.kill(pids[-1], signal.SIGKILL)
+            killed.append(pids[-1])
+        except BaseException as error:  # noqa: BLE001 - reported by the test below
+            failures.append(error)
+
+    killer = threading.Thread(target=kill_one_worker_after_the_first_checkpoint)
+    killer.start()
+    assert train.main(args) == 0
+    killer.join()
+    assert not failures and len(killed) == 1
+    client, runs = runs_of(uri, "kill-worker")
+    assert len(runs) == 1  # the restarted worker group reopened the same run
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.data.tags["restarts"] == "1"
+    resumed_from = int(run.data.tags["resumed_from_epoch"])
+    assert resumed_from >= 1
+    epochs = sorted({int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu")})
+    assert epochs == [1, 2, 3]  # metrics continue: no gap, no second run
+    assert killed[0] not in alive_train_workers()
+
+
+def sweep_args(dataset: Path, tmp_path: Path, experiment: str, *extra: str) -> list[str]:
+    return ["--smoke", "--data", str(dataset), "--experiment", experiment, "--tracking-uri",
+            f"sqlite:///{tmp_path}/mlflow.db", "--storage-path", str(tmp_path / "runs"), *extra]
+
+
+def optuna_trial_states(space_name: str, sweep_path: Path, max_epochs: int) -> list[str]:
+    """The Optuna study as the sweep's searcher saved it in the experiment directory."""
+    base = sweep.base_config(space_name, "smoke", [], max_epochs)
+    searcher = sweep.make_searcher(load_space(space_name, base), seed=1, max_iterations=max_epochs)
+    searcher.restore_from_dir(str(sweep_path))
+    return [trial.state.name for trial in searcher._ot_study.trials]
+
+
+def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    address = ray_cluster.get_runtime_context().gcs_address
+    args = sweep_args(demo_dataset, tmp_path, "kill-driver", "--space", "dbsa", "--name", "k1", "--num-samples", "3",
+                      "--max-epochs", "3", "--max-concurrent", "2")
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    log = open(tmp_path / "driver.log", "w")
+    driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address", address], cwd=ROOT,
+                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def a_trial_has_reported():
+        _, runs = runs_of(uri, "kill-driver")
+        return any("dev_bleu" in r.data.metrics for r in runs if r.data.tags.get("mlflow.parentRunId"))
+
+    try:
+        wait_for(lambda: driver.poll() is None and a_trial_has_reported(), 300, "a trial's first epoch")
+        wait_for(lambda: list((tmp_path / "runs" / "k1").glob("experiment_state-*.json")), 60, "Tune's experiment state")
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything in its process group
+        driver.wait()
+        log.close()
+    assert driver.returncode == -signal.SIGKILL, (tmp_path / "driver.log").read_text()[-3000:]
+    _, runs = runs_of(uri, "kill-driver")
+    assert any(r.info.status == "RUNNING" for r in runs)  # what the kill left behind
+
+    assert tune.main(args + ["--resume"]) == 0
+    client, runs = runs_of(uri, "kill-driver")
+    parents = [r for r in runs if r.data.tags.get("sweep_parent") == "k1"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    trial_ids = [c.data.tags["trial_id"] for c in children]
+    assert len(children) == 3 and len(set(trial_ids)) == 3  # one run per trial, none duplicated by the resume
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert all(c.info.status == "FINISHED" for c in children), [(c.data.tags["trial_id"], c.info.status) for c in children]
+    states = optuna_trial_states("dbsa", tmp_path / "runs" / "k1", 3)
+    assert len(states) == 3 and set(states) <= {"COMPLETE", "PRUNED"}  # the study kept its history
+
+
+LOAD_SPACE = """\
+# 12 trials on 2 cores: the baseline with one learning rate that makes the loss NaN
+model: transformer
+metric: dev_bleu
+mode: max
+params:
+  optim.lr: {type: categorical, choices: [1.0e-3, 2.0e-3, 1.0e+30]}
+  model.dropout: {type: float, low: 0.0, high: 0.3}
+first_points:
+  - {optim.lr: 1.0e+30, model.dropout: 0.1}
+"""
+
+
+def test_twelve_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_cluster(ray_cluster, demo_dataset, tmp_path):
+    space = tmp_path / "load.yaml"
+    space.write_text(LOAD_SPACE)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = sweep_args(demo_dataset, tmp_path, "load", "--space", str(space), "--name", "load", "--num-samples", "12",
+                      "--max-concurrent", "2", "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8")
+    assert tune.main(args) == 0  # the diverging trial does not stop the sweep
+    client, runs = runs_of(uri, "load")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(children) == 12 and len({c.data.tags["trial_id"] for c in children}) == 12
+    diverged = [c for c in children if float(c.data.params["optim.lr"]) > 1e20]
+    healthy = [c for c in children if float(c.data.params["optim.lr"]) < 1e20]
+    assert diverged and healthy
+    for run in diverged:
+        assert run.info.status == "FAILED"
+        assert "loss became" in run.data.tags["error"] and "diverged at epoch 1" in run.data.tags["diverged"]
+        assert "retry_refused" in run.data.tags  # Ray restarted it once; the new workers refused to train again
+    assert all(r.info.status == "FINISHED" for r in healthy)
+    states = optuna_trial_states(str(space), tmp_path / "runs" / "load", 2)
+    assert states.count("FAIL") == len(diverged) and len(states) == 12
+    assert any(r.data.tags.get("pruned") == "true" for r in healthy) or all(
+        len(client.get_metric_history(r.info.run_id, "dev_bleu")) == 2 for r in healthy)
+
+    import ray
+    from ray.util import placement_group_table
+
+    total = ray.cluster_resources()["CPU"]
+    wait_for(lambda: ray.available_resources().get("CPU", 0) == total, 60, "every CPU back")  # no leaked actors
+    live = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert live == []  # no leaked placement groups

@@ -1,0 +1,109 @@
+"""Search spaces load strictly, sample valid configs, and the searcher tells pruned trials as PRUNED."""
+
+import pytest
+
+from conftest import run_module
+from models import build_model
+from platform.errors import ConfigError, UserError
+from platform.launch.spaces import load_space
+from platform.launch.sweep import base_config, make_searcher
+from platform.training.config import load_train_config
+from search_spaces import SPACES
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_every_space_loads_and_a_sampled_config_builds_a_model(name):
+    base = base_config(name, "sweep", [], None)
+    space = load_space(name, base)
+    assert space.knobs and space.first_points()
+    sampled = space.sample(seed=3)
+    assert set(sampled) <= set(space.knobs)
+    config = load_train_config(space.trial_config(base, sampled))
+    for key, value in sampled.items():  # a knob's one name: a model field bare, other sections dotted
+        section, field = key.split(".") if "." in key else ("model", key)
+        assert getattr(getattr(config, section), field) == value
+    model = build_model(config.model, 100, 100)
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_dbsa_first_point_is_the_paper_scaled_to_the_layer_count():
+    six = load_space("dbsa", base_config("dbsa", "sweep", ["model.num_encoder_layers=6", "model.num_decoder_layers=6"], None))
+    assert six.first_points()[0]["p_enc"] == 4 and six.first_points()[0]["lambda_enc"] == 1.0
+    three = load_space("dbsa", base_config("dbsa", "cpu", [], None))
+    assert three.first_points()[0]["p_enc"] == 2
+    assert three.bounds("p_enc") == (1, 3)
+
+
+@pytest.mark.parametrize("size", ["smoke", "sweep", "cpu"])
+def test_dbsa_first_point_and_the_default_config_pick_the_same_layers(size):
+    from platform.training.config import resolve_config
+
+    point = load_space("dbsa", base_config("dbsa", size, [], None)).first_points()[0]
+    config = resolve_config("dbsa", size).model
+    assert (point["p_enc"], point["p_dec"]) == (config.p_enc, config.p_dec)
+
+
+def test_a_paper_size_sweep_bounds_the_layers_by_the_paper_model():
+    space = load_space("dbsa", base_config("dbsa", "paper", [], None))
+    assert space.bounds("p_enc") == (1, 6) and space.first_points()[0]["p_enc"] == 4
+
+
+def test_first_points_expand_their_recipe():
+    point = load_space("deprel", base_config("deprel", "sweep", [], None)).first_points()[0]
+    assert point["l_clip"] == 2 and point["k_clip"] == 2 and point["use_rel"] is True
+
+
+def test_a_first_point_recipe_of_another_model_is_refused(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("model: dbsa\nparams:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n"
+                    "first_points:\n  - {recipe: omote2019/dep, optim.lr: 5.0e-4}\n")
+    with pytest.raises(ConfigError, match="deprel recipe, not dbsa"):
+        load_space(str(path), base_config(str(path), "sweep", [], None))
+
+
+def test_conditional_knobs_are_sampled_only_when_their_condition_holds():
+    space = load_space("deprel", base_config("deprel", "sweep", [], None))
+    samples = [space.sample(seed) for seed in range(30)]
+    assert all(("k_clip" in s) == s["use_rel"] for s in samples)
+    assert any(not s["use_rel"] for s in samples) and any(s["use_rel"] for s in samples)
+
+
+def test_bad_space_and_bad_override_are_clear_errors():
+    with pytest.raises(UserError, match="unknown search space 'dbsa2'; available: dbsa"):
+        base_config("dbsa2", "sweep", [], None)
+    with pytest.raises(ConfigError, match="unknown config key"):
+        base_config("dbsa", "sweep", ["optim.learningrate=1"], None)
+
+
+def _drive(searcher, trial_id, values):
+    searcher.suggest(trial_id)
+    for step, value in enumerate(values, start=1):
+        searcher.on_trial_result(trial_id, {"dev_bleu": value, "training_iteration": step})
+    searcher.on_trial_complete(trial_id, {"dev_bleu": values[-1], "training_iteration": len(values)})
+
+
+def test_trials_stopped_early_are_told_to_optuna_as_pruned_not_complete():
+    from optuna.trial import TrialState
+    from ray.tune.search.optuna import OptunaSearch
+
+    space = load_space("gumbel", base_config("gumbel", "sweep", [], None))
+    ours = make_searcher(space, seed=0, max_iterations=4)
+    ours.set_search_properties("dev_bleu", "max", {})
+    _drive(ours, "full", [1.0, 2.0, 3.0, 4.0])
+    _drive(ours, "stopped", [0.5])  # ASHA stopped it after one epoch
+    states = {t.number: t.state for t in ours._ot_study.trials}
+    assert states == {0: TrialState.COMPLETE, 1: TrialState.PRUNED}
+    assert ours._ot_study.trials[1].intermediate_values == {1: 0.5}
+    # Ray's own OptunaSearch would have told Optuna the stopped trial was COMPLETE with 0.5
+    plain = OptunaSearch(space=space.define_by_run, metric="dev_bleu", mode="max", seed=0)
+    _drive(plain, "stopped", [0.5])
+    assert plain._ot_study.trials[0].state == TrialState.COMPLETE
+
+
+def test_dry_run_and_unknown_space_on_the_command_line():
+    result = run_module("platform.tune", "--space", "hier", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "gate: one of ['fixed0', 'fixed05', 'fixed1', 'learned']" in result.stdout
+    assert "sampled: {" in result.stdout and "name: hier_tree_gru" in result.stdout
+    bad = run_module("platform.tune", "--space", "nope")
+    assert bad.returncode == 2 and "unknown search space 'nope'" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,92 @@
+"""Real sweeps: real local Ray cluster, real Optuna, real MLflow sqlite store."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import ROOT
+from platform import tune
+
+pytestmark = pytest.mark.slow
+
+
+def sweep_args(dataset, tmp_path, *extra):
+    return ["--space", "dbsa", "--smoke", "--data", str(dataset), "--experiment", "sweep",
+            "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage-path", str(tmp_path / "runs"), *extra]
+
+
+def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cluster, demo_dataset, tmp_path, capsys):
+    assert tune.main(sweep_args(demo_dataset, tmp_path, "--name", "s1")) == 0
+    table = capsys.readouterr().out
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("sweep")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("sweep_parent") == "s1"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(children) >= 3 and {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    statuses = {c.data.tags["trial_id"]: (c.info.status, c.data.tags.get("error"), c.data.tags.get("pruned")) for c in children}
+    assert all(status == "FINISHED" for status, _, _ in statuses.values()), statuses
+    knobs = ["p_enc", "p_dec", "lambda_enc", "lambda_dec", "dropout", "optim.lr", "optim.warmup_steps"]
+    sampled = {tuple(c.data.params[k] for k in knobs) for c in children}
+    assert len(sampled) == len(children)  # distinct configurations
+    for child in children:
+        history = client.get_metric_history(child.info.run_id, "dev_bleu")
+        assert len(history) >= 1 and child.data.tags["trial_id"] in table
+        assert {a.path for a in client.list_artifacts(child.info.run_id)} >= {"config.yaml", "best", "plots"}
+        best = max(m.value for m in history)
+        row = next(line for line in table.splitlines() if line.startswith(f"| {child.data.tags['trial_id']} "))
+        assert f"{best:.4g}" in [cell.strip() for cell in row.split("|")]  # summary = the store's best
+    parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    assert {"summary.md", "summary.csv", "best_config.yaml", "config.yaml", "plots"} <= parent_files
+    # the best config re-runs with platform.train
+    best_yaml = client.download_artifacts(parents[0].info.run_id, "best_config.yaml", str(tmp_path))
+    from platform.training.config import resolve_config
+    assert resolve_config("dbsa", "smoke", config_file=best_yaml).model.name == "dbsa"
+    # and platform.report compares the runs
+    from platform import report
+    assert report.main(["--experiment", "sweep", "--out", str(tmp_path / "report"),
+                        "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db"]) == 0
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert all(c.info.run_name in text for c in children)
+    assert (tmp_path / "report" / "report.csv").read_text().count("\n") == len(children) + 1
+    assert (tmp_path / "report" / "dev_bleu_by_knob.png").exists()
+    assert "report" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+
+
+TWO_NODES = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    import ray
+    from ray.cluster_utils import Cluster
+    import socket
+    with socket.socket() as probe:  # its own dashboard: the state API must not reach another cluster's
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "dashboard_port": port}})
+    cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, runtime_env={{"working_dir": {root!r}, "excludes": [".git", "data", "runs", "*.db"]}})
+    from platform import tune
+    code = tune.main(["--space", "dbsa", "--smoke", "--data", {data!r}, "--experiment", "two-nodes",
+                      "--tracking-uri", "sqlite:///{tmp}/mlflow.db", "--storage-path", "{tmp}/runs",
+                      "--num-samples", "4", "--cpus-per-worker", "1.5"])
+    ray.shutdown()
+    cluster.shutdown()
+    sys.exit(code)
+""")
+
+
+def test_a_sweep_uses_both_nodes_of_a_two_node_cluster(demo_dataset, tmp_path):
+    script = tmp_path / "two_nodes.py"
+    script.write_text(TWO_NODES.format(root=str(ROOT), data=str(demo_dataset), tmp=str(tmp_path)))
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("two-nodes").experiment_id])
+    nodes = {r.data.tags["node_id"] for r in runs if "node_id" in r.data.tags}
+    assert len(nodes) == 2  # each node fits one 1.5-CPU trainer worker: trials ran on both

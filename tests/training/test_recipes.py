@@ -1,0 +1,74 @@
+"""Each paper's configuration as a named recipe (platform/recipes.py), used by train, the spaces
+and the study alike."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from models import MODELS, build_model
+from platform.training import recipes
+from platform.errors import ConfigError
+from platform.training.config import resolve_config
+
+
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+@pytest.mark.parametrize("size", ["smoke", "sweep", "cpu", "paper"])
+def test_every_recipe_resolves_and_builds_at_every_size(name, size):
+    recipe = recipes.RECIPES[name]
+    config = resolve_config(recipe.model, size, recipe=name)
+    for key, value in recipe.settings.items():
+        if key in recipes.LAYER_KEYS and isinstance(value, str):
+            layers = getattr(config.model, recipes.LAYER_KEYS[key])
+            assert getattr(config.model, key) == {2: 1, 3: 2, 6: 4}[layers]  # 4/6 of smoke/sweep, cpu, paper
+        else:
+            assert getattr(config.model, key) == value, key
+    if size == "paper":
+        for key, value in recipe.paper_size.items():
+            assert getattr(config.model, key) == value
+    if size != "paper":  # the paper sizes are large; building the small ones checks every knob fits
+        assert sum(p.numel() for p in build_model(config.model, 50, 50).parameters()) > 0
+
+
+def test_every_model_has_a_default_recipe_of_its_own():
+    assert set(recipes.DEFAULT_RECIPE) == set(MODELS)
+    for model, name in recipes.DEFAULT_RECIPE.items():
+        assert recipes.RECIPES[name].model == model
+
+
+def test_paper_settings_of_the_recipes():
+    omote = resolve_config("deprel", "paper", recipe="omote2019/dep+rel").model
+    assert (omote.k_clip, omote.l_clip, omote.use_rel) == (2, 2, True)
+    assert resolve_config("transformer_rel", "cpu").model.k_clip == 2  # default recipe omote2019/rel
+    yang = resolve_config("tree2seq", "paper", recipe="yang2017/tree2seq").model
+    assert (yang.rnn_cell, yang.tree_cell, yang.attention, yang.bidirectional) == ("gru", "gru", "bahdanau", False)
+    assert (yang.d_embed, yang.d_hidden) == (620, 1000)
+    currey = resolve_config("gumbel_tree", "cpu", recipe="currey2018/top-down").model
+    assert (currey.num_layers, currey.rnn_cell, currey.top_down, currey.gumbel_tau) == (2, "lstm", True, 0.5)
+    dbsa = resolve_config("dbsa", "paper", recipe="deguchi2019/dec").model
+    assert (dbsa.p_enc, dbsa.p_dec, dbsa.dec_parse_target) == (None, 4, "output")
+
+
+def test_layer_fractions_scale_to_the_nearest_layer():
+    assert [recipes.scale_layer("4/6", n) for n in (1, 2, 3, 4, 6, 12)] == [1, 1, 2, 3, 4, 8]
+    assert recipes.scale_layer("1/6", 3) == 1 and recipes.scale_layer("6/6", 3) == 3
+    assert recipes.scale_layer("1/2", 3) == 2 and recipes.scale_layer("1/4", 2) == 1  # halves round up
+    assert recipes.scale_layer(3, 6) == 3
+    with pytest.raises(ConfigError, match="fraction"):
+        recipes.scale_layer("4/x", 6)
+
+
+def test_a_recipe_of_another_model_is_refused():
+    with pytest.raises(ConfigError, match="deprel recipe, not dbsa"):
+        resolve_config("dbsa", "cpu", recipe="omote2019/dep")
+
+
+def test_train_cli_runs_a_recipe_without_a_model_flag():
+    printed = subprocess.run([sys.executable, "-m", "platform.train", "--recipe", "deguchi2019/enc", "--print-config"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert "name: dbsa" in printed.stdout and "p_dec: null" in printed.stdout and "p_enc: 2" in printed.stdout
+    refused = subprocess.run([sys.executable, "-m", "platform.train", "--print-config"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode != 0 and "--model NAME or --recipe NAME" in refused.stderr
