@@ -3,7 +3,7 @@
     python benchmarks/study.py --tanaka ../shared/data/tanaka-enja --epochs 2 --seeds 1
     python benchmarks/study.py --table-only          # rebuild docs/results.md from MLflow
 
-Every row is a paper recipe (``platform/recipes.py``, e.g. ``deguchi2019/enc+dec``: that table
+Every row is a paper recipe (``platform/training/recipes.py``, e.g. ``deguchi2019/enc+dec``: that table
 row's own settings) trained by ``platform.train`` (Ray Train, one worker) at one size with
 the same budget (epochs over the same data, the same token batch and optimiser), evaluated on
 the test set with ``platform.evaluate --run`` (beam 4, α 0.6), all in the MLflow experiment
@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
 
-# every row is a paper recipe (platform/recipes.py: the row's own settings); paper → (baseline, rows).
+# every row is a paper recipe (platform/training/recipes.py: the row's own settings); paper → (baseline, rows).
 # Deguchi's and Omote's Transformer baselines are the same config, so it runs once for both.
 TABLES: dict[str, tuple[str, list[str]]] = {
     "Deguchi et al. 2019, Table 2 (dependency-based self-attention)":

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from models import MODELS
 from platform import config as config_io
-from platform.data.encode import resolve_dataset
+from platform.data.dataset import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch.cluster import default_cpus_per_worker, storage_uri
 from platform.launch.driver import Job, run

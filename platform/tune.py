@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from platform import config as config_io
-from platform.data.encode import resolve_dataset
+from platform.data.dataset import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch.cluster import start_ray, storage_uri
 from platform.launch.spaces import Space, load_space

@@ -1,4 +1,5 @@
-"""Layout rules of DESIGN.md §2: ``models/`` is pure PyTorch."""
+"""Layout rules (DESIGN.md §2, README Layout): ``models/`` is pure PyTorch; commands are thin and no
+command imports another; every model row of the table has what the platform derives from it."""
 
 import ast
 from pathlib import Path
@@ -45,3 +46,49 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     assert config["file_mounts"] == {"~/syntax-nmt": "."}
     node_types = config["available_node_types"]
     assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g") and node_types["gpu_worker"]["min_workers"] == 0
+
+
+COMMANDS = {"platform.prepare", "platform.parse", "platform.train", "platform.tune", "platform.evaluate",
+            "platform.translate", "platform.report", "platform.selfcheck", "platform.bench.__main__"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, by full name (``from platform import train`` → platform.train)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def test_no_command_imports_another_command():
+    files = list((ROOT / "platform").rglob("*.py")) + list((ROOT / "benchmarks").glob("*.py"))
+    assert len(files) > 30
+    for path in files:
+        bad = (imported_modules(path) & COMMANDS) - {module_name(path)}
+        assert not bad, f"{path.relative_to(ROOT)} imports the command(s) {sorted(bad)}"
+
+
+def test_the_command_check_catches_a_command_import(tmp_path):
+    sample = tmp_path / "m.py"
+    sample.write_text("from platform import train\nimport platform.tune\nfrom platform.training import loop\n")
+    assert imported_modules(sample) & COMMANDS == {"platform.train", "platform.tune"}
+
+
+def test_every_model_row_has_sizes_and_builds():
+    from models import MODELS, build_model
+    from platform.training.config import SIZES, resolve_config
+
+    for name, spec in MODELS.items():
+        for size, table in SIZES.items():
+            assert spec.config_class in table, f"{name}: no {size} dimensions for {spec.config_class.__name__}"
+        config = resolve_config(name, "smoke")
+        assert type(config.model) is spec.config_class
+        assert sum(p.numel() for p in build_model(config.model, 50, 50).parameters()) > 0

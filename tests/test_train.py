@@ -4,7 +4,6 @@ import subprocess
 import sys
 
 import pytest
-import sacrebleu
 from mlflow.tracking import MlflowClient
 
 from conftest import ROOT, SECRET, run_module

@@ -16,7 +16,7 @@ from platform.bench.common import SKIPPED_NO_RAY, Settings, ray_available
 
 def ddp_worker(loop: dict[str, Any]) -> None:
     """Ray Train worker: the platform's ``train_step`` under DDP on demo batches (each rank its
-    share, as ``platform.fit``), ``warmup`` untimed steps, then ``steps`` timed ones."""
+    share, as ``training.loop.fit``), ``warmup`` untimed steps, then ``steps`` timed ones."""
     import ray.train
     import ray.train.torch
 
@@ -65,7 +65,7 @@ def bench_ddp(settings: Settings) -> dict[str, Any]:
         return dict(SKIPPED_NO_RAY)
     import ray
 
-    from platform.data.encode import resolve_dataset
+    from platform.data.dataset import resolve_dataset
     from platform.launch.cluster import start_ray
     from platform.training.config import resolve_config
 

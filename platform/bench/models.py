@@ -130,7 +130,7 @@ class TrainingRunner:
     def __init__(self, model: nn.Module, model_config, batch: Batch, settings: Settings):
         self.model, self.batch = model.to(settings.device).train(), batch
         self.config = TrainConfig(model=model_config, optim=OptimConfig())
-        self.ctx = Context(device=torch.device(settings.device))
+        self.ctx = Context(device=torch.device(settings.device), bf16=settings.bf16)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.config.optim)
         self.last_loss = float("nan")
 

@@ -19,10 +19,10 @@ from platform.bench.common import ROOT, SKIPPED_NO_RAY, Settings, _fmt, ray_avai
 def bench_sweep(settings: Settings) -> dict[str, Any]:
     """``python -m platform.tune --smoke`` as a user runs it, timed from its launch: when each
     trial's MLflow run opened and when its first training step began (the ``num_parameters``
-    metric that ``platform.train.RayHooks.wrap`` logs right before the first step)."""
+    metric that ``launch.worker.RayHooks.wrap`` logs right before the first step)."""
     if not ray_available():
         return dict(SKIPPED_NO_RAY)
-    from platform.data.encode import resolve_dataset
+    from platform.data.dataset import resolve_dataset
 
     dataset_dir = resolve_dataset("demo", quiet=True)
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as scratch:

@@ -107,6 +107,22 @@ def read_meta_unchecked(directory: str | Path) -> dict[str, Any] | None:
         return None
 
 
+def resolve_dataset(data: str, quiet: bool = False) -> Path:
+    """A ``--data`` argument as a prepared dataset directory: ``demo`` → the built-in corpus,
+    prepared once into ./data/demo; else a prepared directory with train and dev splits (a
+    clear error otherwise)."""
+    if data == "demo":
+        from platform.data.encode import prepare_default_demo
+
+        return prepare_default_demo(quiet)
+    directory = Path(data)
+    read_meta(directory)  # a clear error if it is not a prepared dataset
+    for split in ("train", "dev"):
+        if not split_exists(directory, split):
+            raise UserError(f"{directory}: no {split}.parquet; training needs train and dev splits")
+    return directory.resolve()
+
+
 @dataclass
 class PreparedDataset:
     """A prepared dataset as training needs it: metadata, the train (and dev) examples, and the

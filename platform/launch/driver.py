@@ -54,7 +54,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     run_id = runs.find_run(job.tracking_uri, job.experiment, {reuse_tag: tags[reuse_tag]}) if reuse_tag else None
     if run_id is None:
         run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
-                                    tags, config_yaml, parent_run_id)
+                                tags, config_yaml, parent_run_id)
     try:
         _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:

@@ -73,7 +73,7 @@ def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     job = Job(**{**setup["job"], "run_name": f"{setup['sweep']}-{trial_id}"})
     tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name}
     run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[TuneReportCallback()],
-              reuse_tag="trial_id")
+        reuse_tag="trial_id")
 
 
 def _close_trial_runs_callback(tracking_uri: str, experiment: str, max_iterations: int):
@@ -245,4 +245,4 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
               "git_commit": runs.git_commit()}
     space_text = space_path(sweep.space.name).read_text(encoding="utf-8")
     return runs.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
-                              {"sweep_parent": sweep.name, "space": sweep.space.name}, space_text)
+                          {"sweep_parent": sweep.name, "space": sweep.space.name}, space_text)

@@ -15,15 +15,17 @@ warnings.filterwarnings("ignore", message="Glyph .* missing from font", category
 
 
 def learning_curves(history: list[dict[str, float]], path: str | Path) -> Path:
-    """train/dev loss and dev BLEU/chrF per epoch."""
+    """The loss and score panels per epoch (``training.metrics.SHOWN`` says which metric goes where)."""
     epochs = [row["epoch"] for row in history]
     figure, (losses, scores) = plt.subplots(1, 2, figsize=(10, 4))
-    for key in ("train_loss", "dev_loss"):
+    from platform.training.metrics import SHOWN, shown
+
+    for key in shown("loss"):
         if any(key in row for row in history):
             losses.plot(epochs, [row.get(key, np.nan) for row in history], marker="o", label=key)
-    for key in ("dev_bleu", "dev_chrf", "dev_bleu_tok", "dev_uas_enc", "dev_uas_dec"):
+    for key in shown("scores"):
         if any(key in row for row in history):
-            scale = 100.0 if key.startswith("dev_uas") else 1.0
+            scale = SHOWN[key].curve_scale
             scores.plot(epochs, [row.get(key, np.nan) * scale for row in history], marker="o", label=key + (" ×100" if scale > 1 else ""))
     losses.set_xlabel("epoch"), losses.set_title("loss"), losses.legend()
     scores.set_xlabel("epoch"), scores.set_title("dev scores"), scores.legend()

@@ -18,10 +18,12 @@ class Context:
     world_size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     all_reduce: Callable[[Tensor], Tensor] = lambda t: t  # sum over ranks (identity alone)
+    bf16: bool | None = None  # None: autocast on CUDA only (platform.bench's --bf16/--no-bf16 sets it)
 
     @property
     def autocast(self) -> bool:
-        return self.device.type == "cuda"
+        """bf16 autocast of the forward pass: on CUDA unless ``bf16`` says otherwise."""
+        return self.device.type == "cuda" if self.bf16 is None else self.bf16
 
     @classmethod
     def from_torch_distributed(cls, device: torch.device) -> "Context":

@@ -23,11 +23,14 @@ import torch
 @dataclass(frozen=True)
 class Shown:
     """How a metric is displayed: its number format, whether the per-epoch console line has it,
-    and how sweep summaries and reports take it from a run (``best``: the maximum over epochs;
-    ``last``: the latest value; None: not shown there)."""
+    which panel of the learning curves plots it (``loss``, or ``scores`` with its scale), and how
+    sweep summaries and reports take it from a run (``best``: the maximum over epochs; ``last``:
+    the latest value; None: not shown there)."""
 
     fmt: str
     progress: bool = False
+    curve: Literal["loss", "scores"] | None = None
+    curve_scale: float = 1.0  # UAS in [0, 1] is drawn ×100 beside BLEU/chrF
     summary: Literal["best", "last"] | None = None
 
     def format(self, value: float) -> str:
@@ -35,12 +38,13 @@ class Shown:
 
 
 SHOWN = {
-    "train_loss": Shown(".2f", progress=True),
-    "dev_loss": Shown(".2f", progress=True),
-    "dev_bleu": Shown(".2f", progress=True, summary="best"),
-    "dev_chrf": Shown(".2f", progress=True, summary="best"),
-    "dev_uas_enc": Shown(".3f", progress=True, summary="best"),
-    "dev_uas_dec": Shown(".3f", progress=True, summary="best"),
+    "train_loss": Shown(".2f", progress=True, curve="loss"),
+    "dev_loss": Shown(".2f", progress=True, curve="loss"),
+    "dev_bleu": Shown(".2f", progress=True, curve="scores", summary="best"),
+    "dev_chrf": Shown(".2f", progress=True, curve="scores", summary="best"),
+    "dev_bleu_tok": Shown(".2f", curve="scores"),
+    "dev_uas_enc": Shown(".3f", progress=True, curve="scores", curve_scale=100.0, summary="best"),
+    "dev_uas_dec": Shown(".3f", progress=True, curve="scores", curve_scale=100.0, summary="best"),
     "tokens_per_s": Shown(".0f", progress=True, summary="last"),
     "test_bleu": Shown(".2f", summary="last"),
     "test_chrf": Shown(".2f", summary="last"),
@@ -51,10 +55,13 @@ SHOWN = {
 }
 
 
-def shown(where: Literal["progress", "best", "last"]) -> list[str]:
-    """The metrics of the console line (``progress``), or those summarised as ``best`` / ``last``."""
+def shown(where: Literal["progress", "loss", "scores", "best", "last"]) -> list[str]:
+    """The metrics of the console line (``progress``), of a learning-curve panel (``loss``,
+    ``scores``), or those summarised as ``best`` / ``last``."""
     if where == "progress":
         return [name for name, how in SHOWN.items() if how.progress]
+    if where in ("loss", "scores"):
+        return [name for name, how in SHOWN.items() if how.curve == where]
     return [name for name, how in SHOWN.items() if how.summary == where]
 
 

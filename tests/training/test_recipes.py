@@ -1,4 +1,4 @@
-"""Each paper's configuration as a named recipe (platform/recipes.py), used by train, the spaces
+"""Each paper's configuration as a named recipe (platform/training/recipes.py), used by train, the spaces
 and the study alike."""
 
 import subprocess
