@@ -10,7 +10,7 @@ The shim below executes the stdlib ``platform.py`` (located through ``sysconfig`
 ``sys.path``, which would find this file again) under the module name ``platform`` and copies
 its names into this package.  Functions keep their own globals, so they behave exactly as the
 stdlib ones; classes such as ``uname_result`` keep ``__module__ == "platform"`` and so still
-pickle.  See DESIGN.md §2; tests/platform/test_shim.py guards it.
+pickle.  See DESIGN.md §2; tests/test_shim.py guards it.
 """
 
 import importlib.util as _importlib_util

@@ -49,7 +49,7 @@ def write_file(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
 
 def write_texts(files: dict[Path, str]) -> list[Path]:
     """Write several UTF-8 text files, all or none: each is written aside first, then all renamed."""
-    temporary = {Path(path): Path(path).with_name(f".{Path(path).name}.tmp-{os.getpid()}") for path in files}
+    temporary = {Path(path): Path(path).with_name(f".{Path(path).name}.tmp") for path in files}
     try:
         for path, text in files.items():
             tmp = temporary[Path(path)]
@@ -62,7 +62,8 @@ def write_texts(files: dict[Path, str]) -> list[Path]:
             os.replace(tmp, path)
     finally:
         for tmp in temporary.values():
-            tmp.unlink(missing_ok=True)
+            if tmp.is_file():  # never something else that happens to have the name
+                tmp.unlink()
     for directory in {path.parent for path in temporary}:
         fsync_directory(directory)
     return list(temporary)

@@ -185,6 +185,7 @@ def base_config(space_name: str, size: str, overrides: Sequence[str], max_epochs
     raw = config_io.read_yaml_mapping(space_path(space_name))
     data = resolve(str(raw.get("model")), size, recipe=raw.get("recipe"), overrides=overrides, max_epochs=max_epochs)
     data["patience"] = None  # ASHA decides; a trial ending early must mean "pruned"
+    load_train_config(data)  # fail here on a bad --set, not in every trial
     return data
 
 

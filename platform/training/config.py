@@ -111,9 +111,8 @@ def load_train_config(data: dict[str, Any]) -> TrainConfig:
 def resolve(model: str, size: str, *, recipe: str | None = None, config_file: str | None = None,
             overrides: Sequence[str] = (), max_epochs: int | None = None) -> dict[str, Any]:
     """A run's config data: the model's preset, recipe and size defaults, the size's run preset,
-    then the YAML file, then ``--set`` overrides, then ``max_epochs``; checked by loading it.
-
-    ``platform.train`` loads this; ``platform.tune`` applies each trial's knobs to it first."""
+    then the YAML file, then ``--set`` overrides, then ``max_epochs`` (plain data; ``resolve_config``
+    loads it).  ``platform.train`` loads this; ``platform.tune`` applies each trial's knobs to it."""
     data: dict[str, Any] = {"model": model_defaults(model, size, recipe)}
     config_io.merge(data, copy.deepcopy(RUN_PRESETS[size]))
     if config_file:
@@ -126,7 +125,6 @@ def resolve(model: str, size: str, *, recipe: str | None = None, config_file: st
     if named != model:
         raise ConfigError(f"--model {model} but the config names model {named!r}")
     data["model"]["name"] = model
-    load_train_config(data)  # fail here, on the user's input, not in a worker
     return data
 
 
