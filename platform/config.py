@@ -49,10 +49,18 @@ def _loader():
     return Loader
 
 
+def __getattr__(name: str):
+    """``_Loader``, the YAML 1.2-float SafeLoader, built on first access (PEP 562)."""
+    if name == "_Loader":
+        return _loader()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def yaml_load(text: str):
     import yaml
 
-    return yaml.load(text, Loader=_loader())
+    _Loader = _loader()  # a SafeLoader
+    return yaml.load(text, Loader=_Loader)
 
 
 def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
