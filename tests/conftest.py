@@ -55,7 +55,7 @@ def ray_cluster():
     import ray
 
     ray.init(num_cpus=4, log_to_driver=False,
-             runtime_env={"working_dir": str(ROOT), "excludes": [".git", "data", "runs", "mlruns", "*.db", ".venv", "venv"]})
+             runtime_env={"working_dir": str(ROOT), "excludes": [".git", "/data", "/runs", "/mlruns", "*.db", ".venv", "venv"]})
     yield ray
     ray.shutdown()
 

@@ -92,3 +92,22 @@ def test_every_model_row_has_sizes_and_builds():
         config = resolve_config(name, "smoke")
         assert type(config.model) is spec.config_class
         assert sum(p.numel() for p in build_model(config.model, 50, 50).parameters()) > 0
+
+
+def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
+    """The run-time directories (./data, ./runs, ./mlruns) are ignored, excluded from Ray's
+    working_dir upload and from ``ray up``'s rsync; the code package ``platform/data`` is none of them."""
+    import yaml
+    from ray._private.thirdparty.pathspec import PathSpec  # what Ray matches excludes and .gitignore with
+
+    from platform.launch.cluster import RUNTIME_EXCLUDES
+
+    code = [p.relative_to(ROOT).as_posix() for d in ("platform", "models", "search_spaces") for p in (ROOT / d).rglob("*.py")]
+    assert "platform/data/encode.py" in code
+    cluster = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
+    gitignore = (ROOT / ".gitignore").read_text().splitlines()
+    for what, patterns in (("RUNTIME_EXCLUDES", RUNTIME_EXCLUDES), (".gitignore", gitignore),
+                           ("rsync_exclude", cluster["rsync_exclude"])):
+        spec = PathSpec.from_lines("gitwildmatch", patterns)
+        assert [f for f in code if spec.match_file(f)] == [], what
+        assert spec.match_file("data/demo/train.parquet") and spec.match_file("runs/sweep/x"), what

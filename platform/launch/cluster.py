@@ -7,7 +7,9 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME_EXCLUDES = [".git", "data", "runs", "mlruns", "*.db", ".venv", "venv", ".ci-venv", "__pycache__"]
+# gitignore-style, as Ray matches them: the run-time directories only at the top (``platform/data``
+# is code and must reach the workers)
+RUNTIME_EXCLUDES = [".git", "/data", "/runs", "/mlruns", "*.db", ".venv", "venv", ".ci-venv", "__pycache__"]
 
 
 def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
