@@ -10,13 +10,7 @@ FORBIDDEN = {"ray", "mlflow", "optuna", "pyarrow", "platform", "yaml", "sacreble
 
 
 def imported_roots(path: Path) -> set[str]:
-    roots = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+    return {name.split(".")[0] for name in imported_modules(path)}
 
 
 def test_models_import_only_torch_numpy_and_the_stdlib():
