@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, metavar="DIR", help="output dataset directory")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out (only once the new one is complete)")
     opts = parser.add_argument_group("subwords and trees")
-    opts.add_argument("--vocab-size", type=int, help="subword vocabulary size per model (default 8000; demo 4000)")
+    opts.add_argument("--vocab-size", type=int, help="subword vocabulary size per model (default 8000; demo: the lexicon's, 600 small / 4000 large)")
     opts.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe", help="SentencePiece model type (default bpe)")
     opts.add_argument("--character-coverage", type=float, default=1.0, help="SentencePiece character coverage (default 1.0; below 1 the rarest characters become <unk>)")
     opts.add_argument("--byte-fallback", action="store_true", help="spell unknown characters as bytes instead of <unk>")
@@ -52,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--fix-roots", action="store_true", help="attach extra roots to a sentence's first root instead of failing")
     gen = parser.add_argument_group("demo corpus")
     gen.add_argument("--demo-sizes", metavar="TRAIN,DEV,TEST", default="20000,500,500", help="demo pair counts (default 20000,500,500)")
+    gen.add_argument("--demo-lexicon", metavar="SIZE", default="small",
+                     help="demo lexicon: " + "; ".join(f"{name} ({size.nouns + size.verbs + size.adjectives} lemmas, "
+                                                       f"{size.purpose})" for name, size in demo.LEXICONS.items())
+                          + "; or NOUNS,VERBS,ADJECTIVES (default small)")
     gen.add_argument("--seed", type=int, default=1, help="demo generator seed (default 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     return parser
@@ -73,8 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.data == "demo":
         if args.train or args.dev or args.test or args.subwords_from:
             raise UserError("--data demo generates its own splits; drop --train/--dev/--test/--subwords-from")
-        config = config_from_args(args, demo.SRC_LANG, demo.TGT_LANG, default_vocab=4000)
-        prepare_demo(args.out, config, demo.config_from_sizes(args.demo_sizes, args.seed),
+        named = demo.LEXICONS.get(args.demo_lexicon)
+        config = config_from_args(args, demo.SRC_LANG, demo.TGT_LANG,
+                                  default_vocab=named.vocab_size if named else demo.LEXICONS["large"].vocab_size)
+        prepare_demo(args.out, config, demo.config_from_args(args.demo_sizes, args.seed, args.demo_lexicon),
                      overwrite=args.overwrite, progress=progress, log=log)
         return 0
     if not args.src or not args.tgt:

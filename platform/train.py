@@ -13,6 +13,7 @@ from the last checkpoint (``--max-failures``).  Run from the repository root.
 from __future__ import annotations
 
 import argparse
+import time
 import uuid
 from collections.abc import Sequence
 
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", choices=list(recipes.RECIPES), metavar="RECIPE",
                         help="a paper's configuration of a table row (sets the model; default: the model's own "
                              "paper row); one of: " + ", ".join(recipes.RECIPES))
-    parser.add_argument("--data", default="demo", help="'demo' (built-in synthetic corpus) or a prepared dataset directory")
+    parser.add_argument("--data", default="demo", help="'demo' (the built-in synthetic corpus), 'demo-large' (its harder version) or a prepared dataset directory")
     parser.add_argument("--config", metavar="YAML", help="a config file (sections model, batching, optim, eval, ...)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config value, e.g. --set model.p_enc=3 --set optim.lr=5e-4 (repeatable)")
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started_at = time.time()
     args = build_parser().parse_args(argv)
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
@@ -75,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
               tracking_uri=resolve_tracking_uri(args.tracking_uri),
               run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage_uri(args.storage_path),
-              max_failures=args.max_failures)
+              max_failures=args.max_failures, started_at=started_at)
     run_id = run(config, job, ray_address=args.address, tags={"recipe": recipe})
     print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")
     return 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +29,20 @@ from platform.data.dataset import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch.cluster import start_ray, storage_uri
 from platform.launch.spaces import Space, load_space
-from platform.launch.sweep import Sweep, base_config, log_summary, max_concurrent_trials, parent_run, run_sweep, summarize
+from platform.launch.console import console_log_path, make_console, quiet_logging
+from platform.launch.sweep import (
+    Sweep,
+    base_config,
+    closing_lines,
+    log_summary,
+    max_concurrent_trials,
+    no_trial_finished,
+    parent_run,
+    run_sweep,
+    summarize,
+    time_line,
+    time_shares,
+)
 from platform.tracking import runs
 from platform.tracking.store import resolve_tracking_uri, start_relay
 from platform.tracking.tables import format_table
@@ -45,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m platform.tune", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--space", required=True, help=f"search space: {', '.join(SPACES)}, or a space .yaml file")
-    parser.add_argument("--data", default="demo", help="'demo' (built-in synthetic corpus) or a prepared dataset directory")
+    parser.add_argument("--data", default="demo", help="'demo' (the built-in synthetic corpus), 'demo-large' (its harder version) or a prepared dataset directory")
     parser.add_argument("--num-samples", type=int, help="trials to run (default 6; smoke 3)")
     parser.add_argument("--max-epochs", type=int, help="epochs of a trial that ASHA never stops (default 4; smoke 2)")
     parser.add_argument("--size", choices=["sweep", "cpu", "paper"], default="sweep",
@@ -65,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     parser.add_argument("--storage-path", default="runs", help="Ray Tune/Train storage (shared storage on a cluster)")
     parser.add_argument("--address", help="Ray cluster address (default: start a local one, or 'auto')")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show Ray's own console (its tables, warnings and workers' lines); "
+                             "by default they go to console.log in the sweep's directory")
     return parser
 
 
@@ -85,6 +101,7 @@ def dry_run(space: Space, base: dict[str, Any], seed: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    launched_at = time.time()
     args = build_parser().parse_args(argv)
     size = "smoke" if args.smoke else args.size
     max_epochs = args.max_epochs or (2 if args.smoke else None)
@@ -95,33 +112,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.resume and not args.name:
         raise UserError("--resume needs the --name of the sweep to continue")
-    tracking_uri = resolve_tracking_uri(args.tracking_uri)
     name = args.name or f"{Path(args.space).stem}-{uuid.uuid4().hex[:8]}"
+    storage = storage_uri(args.storage_path)
+    log_file = None if args.verbose else quiet_logging(console_log_path(storage, name))
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)
     dataset_dir = resolve_dataset(args.data)
-    start_ray(args.address, num_cpus=(os.cpu_count() or 1) + 1)  # a local cluster leaves one CPU for trial drivers
+    start_ray(args.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves one CPU for trial drivers
+              log_to_driver=args.verbose)
     job = {"dataset_dir": dataset_dir, "workers": args.workers_per_trial, "gpus_per_worker": args.gpus_per_worker,
            "cpus_per_worker": args.cpus_per_worker, "experiment": args.experiment, "tracking_uri": tracking_uri,
-           "storage_path": storage_uri(args.storage_path), "max_failures": 1}
+           "storage_path": storage, "max_failures": 1}
     fits = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, args.gpus_per_worker)
     sweep = Sweep(name=name, space=space, base=base, num_samples=args.num_samples or (3 if args.smoke else 6),
                   max_epochs=base.get("max_epochs", 10), seed=args.seed, job=job, experiment=args.experiment,
-                  tracking_uri=tracking_uri, storage_path=storage_uri(args.storage_path),
+                  tracking_uri=tracking_uri, storage_path=storage,
                   max_concurrent=min(args.max_concurrent or fits, fits))
     start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, args.resume)
     print(f"sweep {name}: {sweep.num_samples} trials of {space.spec.model}, up to {sweep.max_concurrent} at once, "
-          f"MLflow parent run {sweep.parent_run_id}", file=sys.stderr)
+          f"MLflow parent run {sweep.parent_run_id}" + (f"; Ray's own output: {log_file}" if log_file else ""),
+          flush=True)
+    console = [] if args.verbose else [make_console(space.knobs, space.spec.metric, sweep.max_epochs)]
+    began = time.time()
     try:
-        results = run_sweep(sweep, resume=args.resume)
+        results = run_sweep(sweep, resume=args.resume, callbacks=console, verbose=args.verbose)
         rows = summarize(results, sweep)
-        log_summary(sweep, rows, results)
+        shares = time_shares(results, launched_at, time.time() - began, sweep.max_concurrent)
+        plots = log_summary(sweep, rows, results, shares)
+        failure = no_trial_finished(rows, results)
     except BaseException as error:
         runs.end_run(tracking_uri, sweep.parent_run_id, error=error)
         raise
-    runs.end_run(tracking_uri, sweep.parent_run_id)
+    runs.end_run(tracking_uri, sweep.parent_run_id, error=failure)
+    print()
     print(format_table(rows))
-    print(f"\nbest config: MLflow run {sweep.parent_run_id} artifact best_config.yaml "
-          f"(python -m platform.train --model {space.spec.model} --config best_config.yaml)")
+    print(time_line(shares, sweep.max_concurrent))
+    if failure:
+        raise UserError(failure)
+    print(closing_lines(sweep, rows, plots))
     return 0
 
 

@@ -30,6 +30,16 @@ def require_shared_data(path: Path) -> Path:
     pytest.skip(message)
 
 
+def require_module(name: str, why: str):
+    """An optional module (an extra), or a failure under CI / a skip on a laptop without it."""
+    try:
+        return __import__(name)
+    except ImportError:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{name} is missing: {why}")
+        pytest.skip(f"{name} is missing: {why}")
+
+
 @pytest.fixture(scope="session")
 def tanaka() -> Path:
     return require_shared_data(TANAKA)

@@ -1,13 +1,11 @@
 """``python -m platform.parse`` with the real ja_ginza pipeline: one tree per line."""
 
-import pytest
-
-from conftest import run_module
+from conftest import require_module, run_module
 from platform.data.conllu import read_conllu
 
 
 def test_ginza_parses_each_line_into_one_tree(tanaka, tmp_path):
-    pytest.importorskip("ja_ginza", reason="the [parse] extra is not installed")
+    require_module("ja_ginza", "the [parse] extra is not installed")
     lines = (tanaka / "dev.ja").read_text(encoding="utf-8").splitlines()[:40]
     source = tmp_path / "dev.ja"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -27,7 +25,7 @@ def test_bad_parse_input_fails_cleanly(tmp_path):
     source.write_text("今日は晴れ。\n\n明日は雨。\n", encoding="utf-8")
     result = run_module("platform.parse", "--lang", "xx", "--in", source, "--out", tmp_path / "o.conllu")
     assert result.returncode == 2 and "no default spaCy pipeline for 'xx'" in result.stderr
-    pytest.importorskip("ja_ginza", reason="the [parse] extra is not installed")
+    require_module("ja_ginza", "the [parse] extra is not installed")
     result = run_module("platform.parse", "--lang", "ja", "--in", source, "--out", tmp_path / "o.conllu")
     assert result.returncode == 2 and f"{source}:2: empty line" in result.stderr
     assert not (tmp_path / "o.conllu").exists()

@@ -107,14 +107,17 @@ def read_meta_unchecked(directory: str | Path) -> dict[str, Any] | None:
         return None
 
 
+DEMO_NAMES = {"demo": "small", "demo-large": "large"}  # --data names of the built-in corpus (data/demo.LEXICONS)
+
+
 def resolve_dataset(data: str, quiet: bool = False) -> Path:
-    """A ``--data`` argument as a prepared dataset directory: ``demo`` → the built-in corpus,
-    prepared once into ./data/demo; else a prepared directory with train and dev splits (a
-    clear error otherwise)."""
-    if data == "demo":
+    """A ``--data`` argument as a prepared dataset directory: ``demo`` (``demo-large``) → the
+    built-in corpus, prepared once into ./data/demo (./data/demo-large); else a prepared
+    directory with train and dev splits (a clear error otherwise)."""
+    if data in DEMO_NAMES:
         from platform.data.encode import prepare_default_demo
 
-        return prepare_default_demo(quiet)
+        return prepare_default_demo(quiet, lexicon=DEMO_NAMES[data])
     directory = Path(data)
     read_meta(directory)  # a clear error if it is not a prepared dataset
     for split in ("train", "dev"):

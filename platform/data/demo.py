@@ -12,8 +12,9 @@ dependency tree, so word order differs systematically and recursively.
   tense and plural as suffixes.
 * Subjects, objects and up to two obliques; 0–2 adjectives per noun phrase; relative clauses
   with a subject or object gap, nested up to depth 2.
-* A few thousand pseudo-word lemmas (Zipf-distributed) with inflection, so the same stem
-  appears in several forms and subwords matter.
+* Zipf-distributed pseudo-word lemmas with inflection, so the same stem appears in several
+  forms and subwords matter: 250 lemmas by default (``small``, learnt in minutes on a CPU), or
+  2,600 (``large``, ``--data demo-large``: a lexicon to memorise as well as the syntax).
 
 Both sides are written as CoNLL-U with gold trees (UD-style relations: nsubj, obj, obl,
 amod, det, case, acl, mark, aux, advmod, punct).  Every content word carries a concept id
@@ -48,23 +49,61 @@ class DemoConfig:
     num_dev: int = 500
     num_test: int = 500
     seed: int = 1
-    num_nouns: int = 1600
-    num_verbs: int = 600  # two thirds transitive
-    num_adjectives: int = 400
+    num_nouns: int = 150  # the "small" lexicon (LEXICONS)
+    num_verbs: int = 60  # two thirds transitive
+    num_adjectives: int = 40
     max_relative_depth: int = 2  # relative clauses inside relative clauses, at most this deep
 
     def __post_init__(self) -> None:
         if min(self.num_train, self.num_dev, self.num_test) < 1:
             raise ValueError("every demo split needs at least one pair")
+        if min(self.num_nouns, self.num_adjectives) < 3 or self.num_verbs < 3:
+            raise ValueError("the demo lexicon needs at least 3 nouns, verbs and adjectives")
 
 
-def config_from_sizes(sizes: str, seed: int) -> DemoConfig:
-    """``"20000,500,500"`` → DemoConfig."""
+@dataclass(frozen=True)
+class LexiconSize:
+    nouns: int
+    verbs: int
+    adjectives: int
+    vocab_size: int  # subword vocabulary per side: below the number of word forms, so words split
+    purpose: str
+
+
+# ``small`` (the default, ``--data demo``): a lexicon a 2-core machine learns within the
+# Quickstart sweep's 400 updates, so what separates trials is the syntax and the knobs.
+# ``large`` (``--data demo-large``, the original setting): a lexicon of 2,600 Zipf-distributed
+# lemmas that a small model must memorise on top of the reordering (slow on a CPU; closer to
+# real data's rare-word problem).
+LEXICONS = {
+    "small": LexiconSize(150, 60, 40, 600, "the Quickstart: learnt in minutes on 2 cores"),
+    "large": LexiconSize(1600, 600, 400, 4000, "harder: a 2,600-lemma Zipfian lexicon to memorise as well"),
+}
+
+
+def config_from_args(sizes: str, seed: int, lexicon: str = "small") -> DemoConfig:
+    """``--demo-sizes 20000,500,500`` and ``--demo-lexicon small|large|NOUNS,VERBS,ADJECTIVES`` → DemoConfig."""
     try:
         train, dev, test = (int(part) for part in sizes.split(","))
-        return DemoConfig(num_train=train, num_dev=dev, num_test=test, seed=seed)
     except ValueError:
         raise UserError(f"--demo-sizes expects three positive integers TRAIN,DEV,TEST, got {sizes!r}") from None
+    nouns, verbs, adjectives = lexicon_counts(lexicon)
+    try:
+        return DemoConfig(num_train=train, num_dev=dev, num_test=test, seed=seed, num_nouns=nouns, num_verbs=verbs,
+                          num_adjectives=adjectives)
+    except ValueError as error:
+        raise UserError(f"--demo-sizes/--demo-lexicon: {error}") from None
+
+
+def lexicon_counts(lexicon: str) -> tuple[int, int, int]:
+    if lexicon in LEXICONS:
+        size = LEXICONS[lexicon]
+        return size.nouns, size.verbs, size.adjectives
+    try:
+        nouns, verbs, adjectives = (int(part) for part in lexicon.split(","))
+    except ValueError:
+        raise UserError(f"--demo-lexicon expects {' or '.join(LEXICONS)} or NOUNS,VERBS,ADJECTIVES, got {lexicon!r}") from None
+    return nouns, verbs, adjectives
 
 
 # --------------------------------------------------------------------------- lexicon

@@ -34,6 +34,7 @@ class Job:
     run_name: str
     storage_path: str  # a directory, or shared storage such as s3://bucket/prefix
     max_failures: int
+    started_at: float | None = None  # time.time() of the launch: the first epoch logs startup_s from it
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
@@ -77,7 +78,8 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"config": config, "dataset_dir": str(job.dataset_dir),
-                           "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker},
+                           "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
+                           "started_at": job.started_at},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=job.run_name, storage_path=str(job.storage_path),

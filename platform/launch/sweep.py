@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from platform import atomic
 from platform import config as config_io
 from platform.errors import UserError
 from platform.launch.driver import Job, run
@@ -67,10 +69,11 @@ def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     import ray.tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    started_at = time.time()
     trial_id = ray.tune.get_context().get_trial_id()
     space = setup["space"]
     config = load_train_config(space.trial_config(setup["base"], sampled))  # validated once, in the trial
-    job = Job(**{**setup["job"], "run_name": f"{setup['sweep']}-{trial_id}"})
+    job = Job(**{**setup["job"], "run_name": f"{setup['sweep']}-{trial_id}", "started_at": started_at})
     tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name}
     run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[TuneReportCallback()],
         reuse_tag="trial_id")
@@ -151,8 +154,9 @@ def max_concurrent_trials(workers: int, cpus_per_worker: float, gpus_per_worker:
     return fits
 
 
-def run_sweep(sweep: Sweep, resume: bool = False):
-    """Run (or resume) the sweep; returns Tune's ResultGrid."""
+def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (), verbose: bool = True):
+    """Run (or resume) the sweep; returns Tune's ResultGrid.  ``callbacks`` are extra Tune
+    callbacks (the quiet console); ``verbose`` keeps Tune's own console tables."""
     import ray.tune
     from ray.tune.schedulers import ASHAScheduler
 
@@ -173,8 +177,9 @@ def run_sweep(sweep: Sweep, resume: bool = False):
             search_alg=make_searcher(sweep.space, sweep.seed, sweep.max_epochs), scheduler=scheduler,
             max_concurrent_trials=sweep.max_concurrent),
         run_config=ray.tune.RunConfig(
-            name=sweep.name, storage_path=str(sweep.storage_path),
-            callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.max_epochs)]),
+            name=sweep.name, storage_path=str(sweep.storage_path), verbose=None if verbose else 0,
+            callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.max_epochs),
+                       *callbacks]),
     )
     return tuner.fit()
 
@@ -208,28 +213,126 @@ def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
     return rows
 
 
-def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results) -> None:
-    """Summary table, best config (re-runnable with platform.train --config) and plots on the parent."""
+def best_row(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The best trial that ran to its end or was pruned (``rows`` come sorted, best first);
+    a failed trial's partial score is never offered as the best config."""
+    return next((row for row in rows if metric in row and row["status"] in ("COMPLETE", "PRUNED")), None)
+
+
+def no_trial_finished(rows: list[dict[str, Any]], results) -> str | None:
+    """None if some trial completed or was pruned; else one line with the first trial's error."""
+    if any(row["status"] in ("COMPLETE", "PRUNED") for row in rows):
+        return None
+    errors = [result.error for result in results if result.error is not None]
+    if not errors:
+        return "no trial of the sweep finished"
+    lines = [line.strip() for line in str(errors[0]).splitlines() if line.strip()]
+    return f"no trial of the sweep finished; the first failed with: {lines[-1] if lines else type(errors[0]).__name__}"
+
+
+def closing_lines(sweep: Sweep, rows: list[dict[str, Any]], plots: list[Path]) -> str:
+    """What a user reads last: the best trial and the spread, the plot, where to compare the runs
+    in MLflow, and the command that re-runs the best config."""
+    metric, model = sweep.space.spec.metric, sweep.space.spec.model
+    best = best_row(rows, metric)
+    scored = [row[metric] for row in rows if metric in row and row["status"] in ("COMPLETE", "PRUNED")]
+    lines = []
+    if best is not None:
+        lines.append(f"best: trial {best['trial']} ({best['status'].lower()}), {metric} {best[metric]:.2f}; "
+                     f"worst finished or pruned trial {min(scored) if sweep.space.spec.mode == 'max' else max(scored):.2f}")
+    for path in plots:
+        lines.append(f"plot: {_relative(path)}")
+    if sweep.tracking_uri.startswith(("http://", "https://")):
+        where = (f"{sweep.tracking_uri.rstrip('/')}/#/experiments/{runs.experiment_id(sweep.tracking_uri, sweep.experiment)}"
+                 f"/runs/{sweep.parent_run_id}")
+    else:
+        where = (f"mlflow ui --backend-store-uri {sweep.tracking_uri}   (experiment {sweep.experiment}, "
+                 f"parent run {sweep.name}: tick its trials, then Compare)")
+    lines.append(f"compare in MLflow: {where}")
+    config = Path(sweep.path) / "best_config.yaml"
+    if best is not None and config.is_file():
+        lines.append(f"re-run the best config: python -m platform.train --model {model} --config {_relative(config)}")
+    elif best is not None:
+        lines.append(f"re-run the best config: mlflow artifacts download -r {sweep.parent_run_id} -a best_config.yaml, "
+                     f"then python -m platform.train --model {model} --config best_config.yaml")
+    return "\n".join(lines)
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def time_shares(results, launched_at: float, wall_s: float, slots: int) -> dict[str, float]:
+    """Where the sweep's time went, as shares of its trial slots' time (``wall_s × slots``):
+    training steps, dev evaluation, trial start-up (trial start → first update), and the rest
+    (checkpoints, logging, scheduling, idle slots); plus the seconds from the launch to the
+    first update of any trial.  From the ``steps_s`` / ``eval_s`` / ``startup_s`` /
+    ``first_step_at`` every trial reports (``training.loop.fit``)."""
+    totals = {"steps": 0.0, "eval": 0.0, "startup": 0.0}
+    first_steps = []
+    for result in results:
+        frame = result.metrics_dataframe
+        if frame is None:
+            continue
+        for key in totals:
+            if f"{key}_s" in frame:
+                totals[key] += float(frame[f"{key}_s"].fillna(0).sum())
+        if "first_step_at" in frame and frame["first_step_at"].notna().any():
+            first_steps.append(float(frame["first_step_at"].min()))
+    capacity = max(wall_s * max(slots, 1), 1e-9)
+    shares = {f"time_share_{key}": value / capacity for key, value in totals.items()}
+    shares["time_share_other"] = max(0.0, 1.0 - sum(shares.values()))
+    shares["sweep_wall_s"] = wall_s
+    if first_steps:
+        shares["launch_to_first_step_s"] = max(0.0, min(first_steps) - launched_at)
+    return shares
+
+
+def time_line(shares: dict[str, float], slots: int) -> str:
+    """``time_shares`` in one line for the console."""
+    wall = int(shares["sweep_wall_s"])
+    parts = [f"{shares[f'time_share_{key}']:.0%} {label}" for key, label in
+             (("steps", "training steps"), ("eval", "dev evaluation"), ("startup", "trial start-up"),
+              ("other", "other (checkpoints, logging, scheduling, idle)"))]
+    first = f"; first update {shares['launch_to_first_step_s']:.0f} s after launch" if "launch_to_first_step_s" in shares else ""
+    return f"time: {wall // 60}m{wall % 60:02d}s; of {slots} trial slot(s): " + ", ".join(parts) + first
+
+
+def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[str, float] | None = None) -> list[Path]:
+    """Summary table, best config (re-runnable with platform.train --config), time shares and the
+    sweep plot on the parent run; returns the plot's local path (in the sweep's directory) if any."""
     from platform.tracking import plots
 
     logger = RunLogger(sweep.tracking_uri, sweep.parent_run_id, reopen=False)
+    local = "://" not in sweep.path and Path(sweep.path).is_dir()
     logger.text(format_table(rows) + "\n", "summary.md")
     logger.text(to_csv(rows), "summary.csv")
-    best = next((row for row in rows if sweep.space.spec.metric in row), None)
+    best = best_row(rows, sweep.space.spec.metric)
     if best is not None:
         sampled = {k: best[k] for k in sweep.space.knobs if best.get(k) is not None}
         best_config = load_train_config(sweep.space.trial_config(sweep.base, sampled))
         logger.text(config_io.dump_yaml(best_config), "best_config.yaml")
+        if local:
+            text = config_io.dump_yaml(best_config).encode()
+            atomic.write_file(Path(sweep.path) / "best_config.yaml", lambda handle: handle.write(text))
         logger.metrics({f"best_{sweep.space.spec.metric}": best[sweep.space.spec.metric]}, step=0)
         logger.tag("best_trial", str(best["trial"]))
+    if shares:
+        logger.metrics(shares, step=0)
     histories = {}
     for result in results:
         frame = result.metrics_dataframe
         if frame is not None and "dev_bleu" in frame:
             histories[str((result.metrics or {}).get("trial_id"))] = list(frame["dev_bleu"])
-    workdir = Path(tempfile.mkdtemp(prefix="sweep-summary-"))
-    for path in plots.sweep_plots(rows, histories, sweep.space.knobs, sweep.space.spec.metric, workdir):
+    workdir = Path(sweep.path) if local else Path(tempfile.mkdtemp(prefix="sweep-summary-"))
+    log_knobs = {key for key, dist in sweep.space.spec.params.items() if dist.log}
+    paths = plots.sweep_plots(rows, histories, sweep.space.knobs, sweep.space.spec.metric, workdir, log_knobs)
+    for path in paths:
         logger.artifact(path, "plots")
+    return paths if local else []
 
 
 def parent_run(sweep: Sweep, resume: bool) -> str:

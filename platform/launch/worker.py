@@ -32,7 +32,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     dataset = PreparedDataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, loop["dataset_dir"])
     try:
-        fit(config, dataset, ctx, hooks, log=_write_line)
+        fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"))
         hooks.finish()
     finally:
         if hooks.logger is not None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import warnings  # noqa: E402
 
@@ -57,35 +59,67 @@ def parse_attention(attention: list[np.ndarray], heads: list[list[int]], tokens:
 
 
 def sweep_plots(rows: list[dict], histories: dict[str, list[float]], knobs: list[str], metric: str,
-                directory: str | Path, top: int = 5) -> list[Path]:
-    """``metric`` against each knob (one panel per knob) and learning curves of the top trials."""
+                directory: str | Path, log_knobs: set[str] = frozenset()) -> list[Path]:
+    """One figure that answers "which knob mattered": the first panel has every trial's
+    learning curve (finished trials solid, pruned dashed, the best thick), then one panel per
+    knob with each trial's best ``metric`` against the knob's value (log axes where the space
+    samples on a log scale; pruned trials hollow, the best starred)."""
     directory = Path(directory)
     scored = [row for row in rows if metric in row]
-    paths = []
-    if scored and knobs:
-        figure, axes = plt.subplots(1, len(knobs), figsize=(3.2 * len(knobs), 3), squeeze=False)
-        for axis, knob in zip(axes[0], knobs):
-            points = [(row.get(knob), row[metric]) for row in scored if row.get(knob) is not None]
-            labels = sorted({str(x) for x, _ in points})
-            numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x, _ in points)
-            xs = [x if numeric else labels.index(str(x)) for x, _ in points]
-            axis.scatter(xs, [y for _, y in points])
-            if not numeric:
-                axis.set_xticks(range(len(labels)), labels, rotation=45)
-            axis.set_xlabel(knob), axis.set_ylabel(metric)
-        figure.tight_layout()
-        paths.append(directory / f"{metric}_by_knob.png")
-        figure.savefig(paths[-1], dpi=100)
-        plt.close(figure)
-    best = [str(row["trial"]) for row in scored[:top]]
-    if any(trial in histories for trial in best):
-        figure, axis = plt.subplots(figsize=(6, 4))
-        for trial in best:
-            if trial in histories:
-                axis.plot(range(1, len(histories[trial]) + 1), histories[trial], marker="o", label=trial)
-        axis.set_xlabel("epoch"), axis.set_ylabel("dev_bleu"), axis.legend(fontsize=7)
-        figure.tight_layout()
-        paths.append(directory / "top_trials_dev_bleu.png")
-        figure.savefig(paths[-1], dpi=100)
-        plt.close(figure)
-    return paths
+    if not scored:
+        return []
+    best = str(scored[0]["trial"])
+    columns = min(4, len(knobs) + 1)
+    grid_rows = math.ceil((len(knobs) + 1) / columns)
+    figure, axes = plt.subplots(grid_rows, columns, figsize=(3.6 * columns, 3.0 * grid_rows), squeeze=False)
+    _curves_panel(axes[0][0], scored, histories, metric, best)
+    for axis, knob in zip(axes.flat[1:], knobs):
+        _knob_panel(axis, scored, knob, metric, best, knob in log_knobs)
+    for axis in list(axes.flat)[len(knobs) + 1:]:
+        axis.set_visible(False)
+    figure.suptitle(f"{metric} of {len(scored)} trials (best: {best}, {scored[0][metric]:.1f})", fontsize=10)
+    figure.tight_layout()
+    path = directory / "sweep.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return [path]
+
+
+def _curves_panel(axis, scored: list[dict], histories: dict[str, list[float]], metric: str, best: str) -> None:
+    for row in reversed(scored):  # the best drawn last, on top
+        trial = str(row["trial"])
+        if trial not in histories:
+            continue
+        values = histories[trial]
+        style = {"linewidth": 2.5, "color": "black", "zorder": 3} if trial == best else {"linewidth": 1, "alpha": 0.8}
+        axis.plot(range(1, len(values) + 1), values, marker="o", markersize=3,
+                  linestyle="--" if row.get("status") == "PRUNED" else "-", label=trial, **style)
+    axis.set_xlabel("epoch"), axis.set_ylabel(metric), axis.set_title("learning curves", fontsize=9)
+    axis.xaxis.get_major_locator().set_params(integer=True)
+    if len(scored) <= 8:
+        axis.legend(fontsize=6)
+
+
+def _knob_panel(axis, scored: list[dict], knob: str, metric: str, best: str, log: bool) -> None:
+    points = [row for row in scored if row.get(knob) is not None]
+    labels = sorted({str(row[knob]) for row in points})
+    numeric = all(isinstance(row[knob], (int, float)) and not isinstance(row[knob], bool) for row in points)
+    x = (lambda row: row[knob]) if numeric else (lambda row: labels.index(str(row[knob])))
+    for pruned in (False, True):
+        group = [row for row in points if (row.get("status") == "PRUNED") == pruned and str(row["trial"]) != best]
+        axis.scatter([x(row) for row in group], [row[metric] for row in group], s=28,
+                     facecolors="none" if pruned else "tab:blue", edgecolors="tab:blue",
+                     label="pruned" if pruned else "finished")
+    for row in points:
+        if str(row["trial"]) == best:
+            axis.scatter([x(row)], [row[metric]], marker="*", s=160, color="black", zorder=3, label="best")
+    if log and numeric:
+        axis.set_xscale("log")
+        axis.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        axis.xaxis.set_minor_formatter(ticker.NullFormatter())
+        axis.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    elif numeric and all(isinstance(row[knob], int) for row in points):
+        axis.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    if not numeric:
+        axis.set_xticks(range(len(labels)), labels, rotation=45)
+    axis.set_xlabel(knob), axis.set_ylabel(metric)

@@ -7,14 +7,29 @@ import io
 from typing import Any
 
 
+def number(value: Any) -> str:
+    """A knob's value as people read it: 3 significant digits (``0.3``, ``0.00032``, ``121``)."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return "" if value is None else str(value)
+    return f"{value:.3g}"
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """A markdown table (also readable as plain text)."""
+    """A markdown table (also readable as plain text); metrics in their ``training.metrics.SHOWN``
+    format (BLEU ``21.73``, never ``1.163e-37``), other numbers by ``number``."""
+    from platform.training.metrics import SHOWN
+
     if not rows:
         return "(no trials)"
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    cell = lambda v: f"{v:.4g}" if isinstance(v, float) else ("" if v is None else str(v))  # noqa: E731
+
+    def cell(column: str, value: Any) -> str:
+        if column in SHOWN and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return SHOWN[column].format(value)
+        return number(value)
+
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    lines += ["| " + " | ".join(cell(c, row.get(c)) for c in columns) + " |" for row in rows]
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ reporting, checkpoints through Ray); tests run it directly with ``LocalHooks``.
 from __future__ import annotations
 
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,8 +66,15 @@ class LocalHooks(Hooks):
                 save_checkpoint(state, Path(self.directory) / "best.pt")
 
 
-def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hooks, log=print) -> list[dict[str, float]]:
-    """Train for ``config.max_epochs`` (or until early stopping); returns the metric history."""
+def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hooks, log=print,
+        started_at: float | None = None) -> list[dict[str, float]]:
+    """Train for ``config.max_epochs`` (or until early stopping); returns the metric history.
+
+    Every epoch's metrics say where its time went: ``steps_s`` (the update loop, batches
+    included) and ``eval_s`` (dev decoding and scoring); with ``started_at`` (a ``time.time()``
+    of the launch, e.g. the CLI's start), the first epoch of this process also has
+    ``startup_s``, the seconds from the launch to the first update, and ``first_step_at``
+    (its ``time.time()``)."""
     sampler = ShardedBatches(dataset.train, config.batching, rank=ctx.rank, world_size=ctx.world_size)
     vocab = dataset.meta["vocab_size"]
     model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)
@@ -81,6 +89,11 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     for epoch in range(progress["epoch"], config.max_epochs):
         try:
             metrics = _train_epoch(trained, optimizer, scheduler, sampler, config, ctx, epoch, progress)
+            if started_at is not None and "first_step_at" in metrics:
+                metrics["startup_s"] = max(0.0, metrics["first_step_at"] - started_at)
+                started_at = None
+            else:
+                metrics.pop("first_step_at", None)
         except Diverged as error:
             reason = f"diverged at epoch {epoch + 1}, step {progress['step'] + 1}: {error}"
             if ctx.rank == 0:
@@ -89,8 +102,10 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
             raise Diverged(reason) from None
         evaluation = None
         if ctx.rank == 0 and dataset.dev is not None:
+            began = time.perf_counter()
             evaluation = evaluate(model, dataset.dev, config, tgt_model, dataset.meta["tgt_lang"], ctx)
             metrics.update(evaluation.metrics)
+            metrics["eval_s"] = time.perf_counter() - began
         is_best = _update_progress(progress, metrics, epoch)
         stop = _should_stop(progress, config, ctx)
         state = (checkpoint_state(model, optimizer, scheduler, sampler, config, progress, dataset.subword_bytes,
@@ -119,16 +134,19 @@ def _train_epoch(model, optimizer, scheduler, sampler, config, ctx, epoch, progr
     sampler.set_epoch(epoch)
     meter = Throughput()
     loss_sum, steps = 0.0, 0
+    began, timing = time.perf_counter(), {}
     for index, batch in enumerate(sampler):
         if config.max_steps_per_epoch is not None and index >= config.max_steps_per_epoch:
             break
+        if index == 0:
+            timing["first_step_at"] = time.time()
         result = train_step(model, optimizer, scheduler, batch, config, ctx)
         loss_sum += result.loss
         steps += 1
         progress["step"] += 1
         meter.add(result.num_tokens)
     return {"epoch": epoch + 1, "train_loss": loss_sum / max(steps, 1), "tokens_per_s": meter.per_second,
-            "lr": scheduler.get_last_lr()[0], "step": progress["step"]}
+            "lr": scheduler.get_last_lr()[0], "step": progress["step"], "steps_s": time.perf_counter() - began, **timing}
 
 
 def _update_progress(progress: dict, metrics: dict[str, float], epoch: int) -> bool:

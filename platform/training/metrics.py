@@ -103,7 +103,7 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str], lan
     bleu = sacrebleu.BLEU(tokenize=SACREBLEU_TOKENIZER.get(lang, "13a"))
     detok_bleu = bleu.corpus_score(hyp_text, [ref_text])
     chrf = sacrebleu.CHRF().corpus_score(hyp_text, [ref_text])
-    tok_bleu = sacrebleu.BLEU(tokenize="none").corpus_score(list(hypotheses), [list(references)])
+    tok_bleu = sacrebleu.BLEU(tokenize="none", force=True).corpus_score(list(hypotheses), [list(references)])
     return TranslationScores(bleu=detok_bleu.score, chrf=chrf.score, bleu_tok=tok_bleu.score,
                              signature=str(bleu.get_signature()))
 

@@ -59,7 +59,7 @@ def test_corpus_has_the_promised_phenomena():
     assert max(rc_depth(t) for p in pairs for t in p.src) == 2
     stems = {t.lemma for p in pairs for t in p.src if t.upos == "VERB"}
     forms = {t.form for p in pairs for t in p.src if t.upos == "VERB"}
-    assert len(forms) > 2 * len(stems) > 400  # inflection: several forms per stem
+    assert len(stems) == demo.DemoConfig().num_verbs and len(forms) > 2 * len(stems)  # inflection: several forms per stem
     lengths = [len(p.src) for p in pairs]
     assert 3 <= min(lengths) and statistics.mean(lengths) > 8
 
@@ -87,3 +87,15 @@ def test_preparing_the_same_demo_again_keeps_the_dataset(tmp_path):
     assert (out / "train.parquet").stat().st_mtime_ns == stamp
     other = run_module("platform.prepare", *args[:-1], "300,20,20")  # other settings: refuse to clobber
     assert other.returncode == 2 and "already exists; pass --overwrite" in other.stderr
+
+
+def test_demo_lexicon_presets_and_a_bad_value(tmp_path):
+    out = tmp_path / "large"
+    result = run_module("platform.prepare", "--data", "demo", "--out", out, "--demo-sizes", "300,20,20",
+                        "--demo-lexicon", "large", "--vocab-size", "400")
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    assert (meta["demo"]["num_nouns"], meta["demo"]["num_verbs"], meta["demo"]["num_adjectives"]) == (1600, 600, 400)
+    bad = run_module("platform.prepare", "--data", "demo", "--out", tmp_path / "bad", "--demo-lexicon", "many")
+    assert bad.returncode == 2 and "--demo-lexicon expects small or large or NOUNS,VERBS,ADJECTIVES" in bad.stderr
+    assert not (tmp_path / "bad").exists()
