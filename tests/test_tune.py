@@ -97,3 +97,23 @@ def test_a_sweep_uses_both_nodes_of_a_two_node_cluster(demo_dataset, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("two-nodes").experiment_id])
     nodes = {r.data.tags["node_id"] for r in runs if "node_id" in r.data.tags}
     assert len(nodes) == 2  # each node fits one 1.5-CPU trainer worker: trials ran on both
+
+
+def test_a_sweep_in_which_every_trial_failed_exits_non_zero_without_a_best_config(ray_cluster, demo_dataset, tmp_path,
+                                                                                   capsys):
+    import shutil
+
+    from platform.errors import UserError
+
+    broken = tmp_path / "broken"
+    shutil.copytree(demo_dataset, broken)
+    (broken / "train.parquet").write_bytes(b"not parquet")  # meta and splits exist: every trial's workers fail
+    with pytest.raises(UserError, match=r"^no trial of the sweep finished; the first failed with: .+") as failed:
+        tune.main(sweep_args(broken, tmp_path, "--name", "all-fail", "--num-samples", "2"))
+    assert "\n" not in str(failed.value)
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "best:" not in out and "re-run the best config" not in out
+    assert not (tmp_path / "runs" / "all-fail" / "best_config.yaml").exists()
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    parent = client.search_runs([client.get_experiment_by_name("sweep").experiment_id], "tags.sweep_parent = 'all-fail'")[0]
+    assert parent.info.status == "FAILED" and "best_config.yaml" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
