@@ -56,6 +56,15 @@ def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: int = 300) ->
                           text=True, timeout=timeout)
 
 
+@pytest.fixture(autouse=True)
+def _release_relays():
+    """The MLflow relays a test's in-process CLI started stop with the test (handles dropped)."""
+    yield
+    from platform.tracking.store import release_relays
+
+    release_relays()
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One real local Ray cluster for the whole test session (4 logical CPUs on 2 cores).

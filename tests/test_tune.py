@@ -44,7 +44,8 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert "Reporting training result" not in table and "Configuration for experiment" not in table
     best_trial = parents[0].data.tags["best_trial"]
     assert f"best: trial {best_trial}" in table and "compare in MLflow: mlflow ui --backend-store-uri" in table
-    assert f"re-run the best config: python -m platform.train --model dbsa --config {tmp_path}/runs/s1/best_config.yaml" in table
+    assert (f"re-run the best config: python -m platform.train --model dbsa --config {tmp_path}/runs/s1/best_config.yaml"
+            f" --data {demo_dataset} --experiment sweep --tracking-uri sqlite:///{tmp_path}/mlflow.db") in table
     assert (tmp_path / "runs" / "s1" / "sweep.png").exists() and (tmp_path / "runs" / "s1" / "console.log").exists()
     assert "training steps" in table and parents[0].data.metrics["time_share_steps"] > 0
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}

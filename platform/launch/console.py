@@ -1,8 +1,10 @@
 """What a sweep shows on the terminal: one line when a trial starts, one per trial and epoch,
 one when it ends, a compact table of all trials every few minutes, then the summary.
 
-Everything else Ray prints (its Python warnings, raylet and worker lines, Train's per-report
-dumps, Tune's own tables) goes to a log file instead; ``platform.tune --verbose`` brings it back.
+The rest stays off the terminal: the Python logging of Ray, MLflow, Alembic and Optuna and the
+raylet's warnings go to ``console.log``; Train workers' own output (their per-report dumps)
+stays in Ray's session logs (``/tmp/ray/session_latest/logs``), a failed trial's traceback in
+its ``error.txt``; Tune's tables are off.  ``platform.tune --verbose`` shows all of it again.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,9 +29,11 @@ QUIET_LOGGERS = ("ray", "mlflow", "alembic", "optuna")  # their console output g
 def quiet_logging(log_file: Path) -> Path:
     """Send the Python logging of Ray, MLflow, Alembic and Optuna in this process to ``log_file``
     instead of the terminal (call before ``ray.init``, which warns while it starts)."""
-    import mlflow  # noqa: F401 - both install their console handlers on import: replace them after
+    import mlflow  # noqa: F401 - they install their console handlers on import: replace them after
+    import optuna
     import ray  # noqa: F401
 
+    optuna.logging.disable_default_handler()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(log_file, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -50,15 +55,24 @@ class _RayletLineFilter(io.TextIOBase):
 
     def __init__(self, terminal, log) -> None:
         self.terminal, self.log, self.pending = terminal, log, ""
+        self.lock = threading.Lock()  # Ray's error-message thread writes too
+
+    @property
+    def encoding(self):
+        return self.terminal.encoding
+
+    def writable(self) -> bool:
+        return True
 
     def write(self, text: str) -> int:
-        self.pending += text
-        *lines, self.pending = self.pending.split("\n")
-        for line in lines:
-            if _ANSI.sub("", line).lstrip().startswith("(raylet)"):
-                self._to_log(line + "\n")
-            else:
-                self.terminal.write(line + "\n")
+        with self.lock:
+            self.pending += text
+            *lines, self.pending = self.pending.split("\n")
+            for line in lines:
+                if _ANSI.sub("", line).lstrip().startswith("(raylet)"):
+                    self._to_log(line + "\n")
+                else:
+                    self.terminal.write(line + "\n")
         return len(text)
 
     def _to_log(self, text: str) -> None:
@@ -68,9 +82,10 @@ class _RayletLineFilter(io.TextIOBase):
             pass
 
     def flush(self) -> None:
-        if self.pending:
-            self.terminal.write(self.pending)
-            self.pending = ""
+        with self.lock:
+            if self.pending:
+                self.terminal.write(self.pending)
+                self.pending = ""
         self.terminal.flush()
         try:
             self.log.flush()
@@ -115,6 +130,10 @@ def make_console(knobs: list[str], metric: str, max_epochs: int, table_every_s: 
 
     class SweepConsole(ray.tune.Callback):
         def __init__(self) -> None:
+            self.started = time.monotonic()
+            self.last_table = self.started
+
+        def setup(self, **info) -> None:  # also after --resume, which unpickles this callback
             self.started = time.monotonic()
             self.last_table = self.started
 

@@ -250,12 +250,28 @@ def closing_lines(sweep: Sweep, rows: list[dict[str, Any]], plots: list[Path]) -
                  f"parent run {sweep.name}: tick its trials, then Compare)")
     lines.append(f"compare in MLflow: {where}")
     config = Path(sweep.path) / "best_config.yaml"
+    flags = _rerun_flags(sweep)
     if best is not None and config.is_file():
-        lines.append(f"re-run the best config: python -m platform.train --model {model} --config {_relative(config)}")
+        lines.append(f"re-run the best config: python -m platform.train --model {model} --config {_relative(config)}{flags}")
     elif best is not None:
-        lines.append(f"re-run the best config: mlflow artifacts download -r {sweep.parent_run_id} -a best_config.yaml, "
-                     f"then python -m platform.train --model {model} --config best_config.yaml")
+        lines.append(f"re-run the best config: MLFLOW_TRACKING_URI={sweep.tracking_uri} mlflow artifacts download "
+                     f"-r {sweep.parent_run_id} -a best_config.yaml -d . && "
+                     f"python -m platform.train --model {model} --config best_config.yaml{flags}")
     return "\n".join(lines)
+
+
+def _rerun_flags(sweep: Sweep) -> str:
+    """The flags a re-run needs beyond the config: the sweep's data and MLflow store, where not the defaults."""
+    from platform.data.encode import DEMO_DIR
+
+    flags = ""
+    if Path(sweep.job["dataset_dir"]).resolve() != DEMO_DIR.resolve():
+        flags += f" --data {_relative(Path(sweep.job['dataset_dir']))}"
+    if sweep.experiment != "syntax-nmt":
+        flags += f" --experiment {sweep.experiment}"
+    if sweep.tracking_uri != f"sqlite:///{Path.cwd() / 'mlflow.db'}":
+        flags += f" --tracking-uri {sweep.tracking_uri}"
+    return flags
 
 
 def _relative(path: Path) -> str:
@@ -273,10 +289,13 @@ def time_shares(results, launched_at: float, wall_s: float, slots: int) -> dict[
     ``first_step_at`` every trial reports (``training.loop.fit``)."""
     totals = {"steps": 0.0, "eval": 0.0, "startup": 0.0}
     first_steps = []
+    began = time.time() - wall_s
     for result in results:
         frame = result.metrics_dataframe
         if frame is None:
             continue
+        if "timestamp" in frame:  # a resumed sweep: only the epochs of this session
+            frame = frame[frame["timestamp"] >= began - 1]
         for key in totals:
             if f"{key}_s" in frame:
                 totals[key] += float(frame[f"{key}_s"].fillna(0).sum())

@@ -65,7 +65,7 @@ def sweep_plots(rows: list[dict], histories: dict[str, list[float]], knobs: list
     knob with each trial's best ``metric`` against the knob's value (log axes where the space
     samples on a log scale; pruned trials hollow, the best starred)."""
     directory = Path(directory)
-    scored = [row for row in rows if metric in row]
+    scored = [row for row in rows if metric in row and str(row.get("status", "")).upper() not in ("ERROR", "FAILED")]
     if not scored:
         return []
     best = str(scored[0]["trial"])
@@ -93,7 +93,7 @@ def _curves_panel(axis, scored: list[dict], histories: dict[str, list[float]], m
         values = histories[trial]
         style = {"linewidth": 2.5, "color": "black", "zorder": 3} if trial == best else {"linewidth": 1, "alpha": 0.8}
         axis.plot(range(1, len(values) + 1), values, marker="o", markersize=3,
-                  linestyle="--" if row.get("status") == "PRUNED" else "-", label=trial, **style)
+                  linestyle="--" if str(row.get("status", "")).upper() == "PRUNED" else "-", label=trial, **style)
     axis.set_xlabel("epoch"), axis.set_ylabel(metric), axis.set_title("learning curves", fontsize=9)
     axis.xaxis.get_major_locator().set_params(integer=True)
     if len(scored) <= 8:
@@ -106,7 +106,8 @@ def _knob_panel(axis, scored: list[dict], knob: str, metric: str, best: str, log
     numeric = all(isinstance(row[knob], (int, float)) and not isinstance(row[knob], bool) for row in points)
     x = (lambda row: row[knob]) if numeric else (lambda row: labels.index(str(row[knob])))
     for pruned in (False, True):
-        group = [row for row in points if (row.get("status") == "PRUNED") == pruned and str(row["trial"]) != best]
+        group = [row for row in points
+                 if (str(row.get("status", "")).upper() == "PRUNED") == pruned and str(row["trial"]) != best]
         axis.scatter([x(row) for row in group], [row[metric] for row in group], s=28,
                      facecolors="none" if pruned else "tab:blue", edgecolors="tab:blue",
                      label="pruned" if pruned else "finished")

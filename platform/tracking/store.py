@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 
 from platform.errors import UserError
@@ -54,10 +55,30 @@ def start_relay(tracking_uri: str):
     if not needs_relay(tracking_uri):
         return None
     here = ray.get_runtime_context().get_node_id()
-    actor = ray.remote(num_cpus=0)(MlflowRelay).options(
-        name=relay_name(tracking_uri), get_if_exists=True,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False))
-    return actor.remote(tracking_uri)
+    name = relay_name(tracking_uri)
+    for attempt in range(5):
+        try:
+            handle = ray.remote(num_cpus=0)(MlflowRelay).options(
+                name=name, get_if_exists=True,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(tracking_uri)
+        except ValueError:  # "Failed to look up actor": it was being torn down as we looked it up
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
+            continue
+        _HELD[name] = handle
+        return handle
+
+
+# The relay handles this process started or found.  A named actor that is not detached is
+# torn down when its creator holds no handle any more; a dropped handle once killed the relay
+# while a trial looked it up ("Failed to look up actor with name ..."), failing the trial.
+_HELD: dict[str, object] = {}
+
+
+def release_relays() -> None:
+    """Drop this process's relay handles (the relays it created then stop; tests call this after each test)."""
+    _HELD.clear()
 
 
 def _find_relay(tracking_uri: str):

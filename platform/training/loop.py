@@ -83,6 +83,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     if state is not None:
         check_subwords(state, dataset)
         progress = restore(state, model, optimizer, scheduler, sampler)
+        started_at = None  # a restart: its start-up is not the launch's
         log(f"resumed from epoch {progress['epoch']} (step {progress['step']})")
     trained = hooks.wrap(model)
     tgt_model = SubwordModel(dataset.subword_bytes["tgt"]) if ctx.rank == 0 else None
