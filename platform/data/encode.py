@@ -299,8 +299,7 @@ def prepare_default_demo(quiet: bool = False, lexicon: str = "small") -> Path:
     log = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr))
     meta = ds.read_meta_unchecked(directory)
     built_in = meta is not None and isinstance(meta.get("demo"), dict) and all(
-        meta["demo"].get(key) == value for key, value in
-        {"num_train": 20000, "num_dev": 500, "num_test": 500, "seed": 1}.items())
+        meta["demo"].get(key) == getattr(demo_config, key) for key in ("num_train", "num_dev", "num_test", "seed"))
     stale = built_in and _existing_demo(directory, config, demo_config) is None
     if stale:  # the built-in corpus of an older version's settings (not one made with --demo-sizes/--seed)
         log(f"{directory} holds the built-in demo corpus of other settings; generating it again")

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from platform.launch.sweep import trial_status
 from platform.tracking.tables import format_table, number
 from platform.training.metrics import SHOWN, shown
 
@@ -152,7 +153,7 @@ def make_console(knobs: list[str], metric: str, max_epochs: int, table_every_s: 
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             epochs = int((trial.last_result or {}).get("training_iteration", 0))
-            how = "finished" if epochs >= max_epochs else f"stopped by ASHA after epoch {epochs}"
+            how = "finished" if trial_status(epochs, max_epochs) == "COMPLETE" else f"stopped by ASHA after epoch {epochs}"
             self._print(f"[{self._elapsed()}] trial {trial.trial_id} {how}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
@@ -173,7 +174,7 @@ def live_table(trials, knobs: list[str], metric: str, max_epochs: int) -> str:
     for trial in trials:
         result = trial.last_result or {}
         epochs = int(result.get("training_iteration", 0))
-        status = {"TERMINATED": "COMPLETE" if epochs >= max_epochs else "PRUNED"}.get(trial.status, trial.status)
+        status = trial_status(epochs, max_epochs) if trial.status == "TERMINATED" else trial.status
         row = {"trial": trial.trial_id, "status": status, "epoch": epochs}
         if isinstance(result.get(metric), (int, float)):
             row[metric] = float(result[metric])

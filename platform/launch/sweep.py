@@ -194,6 +194,12 @@ def base_config(space_name: str, size: str, overrides: Sequence[str], max_epochs
     return data
 
 
+def trial_status(epochs: int, max_epochs: int, error: bool = False) -> str:
+    """A finished trial as the summary and the console name it: ERROR, PRUNED (ASHA stopped it
+    before ``max_epochs``; sweeps run without patience) or COMPLETE."""
+    return "ERROR" if error else ("PRUNED" if epochs < max_epochs else "COMPLETE")
+
+
 def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
     """One row per trial: knobs, best metrics over its epochs, epochs run, status."""
     rows = []
@@ -202,7 +208,7 @@ def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name
         epochs = int(metrics.get("training_iteration", 0))
-        status = "ERROR" if result.error else ("PRUNED" if epochs < sweep.max_epochs else "COMPLETE")
+        status = trial_status(epochs, sweep.max_epochs, error=result.error is not None)
         row = {"trial": trial_id, **{k: result.config.get(k) for k in sweep.space.knobs}, "epochs": epochs, "status": status}
         for key in shown("best"):  # training.metrics.SHOWN
             if frame is not None and key in frame:
@@ -269,7 +275,7 @@ def _rerun_flags(sweep: Sweep) -> str:
         flags += f" --data {_relative(Path(sweep.job['dataset_dir']))}"
     if sweep.experiment != "syntax-nmt":
         flags += f" --experiment {sweep.experiment}"
-    if sweep.tracking_uri != f"sqlite:///{Path.cwd() / 'mlflow.db'}":
+    if sweep.tracking_uri != store.default_tracking_uri():
         flags += f" --tracking-uri {sweep.tracking_uri}"
     return flags
 

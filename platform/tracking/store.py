@@ -12,10 +12,15 @@ from pathlib import Path
 from platform.errors import UserError
 
 
+def default_tracking_uri() -> str:
+    """``sqlite:///<cwd>/mlflow.db``: the store when neither a flag nor the environment names one."""
+    return f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
 def resolve_tracking_uri(flag: str | None = None) -> str:
     """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd;
     a store that cannot be reached is a one-line error here, before any work."""
-    uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+    uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
     check_reachable(uri)
     return uri
 
