@@ -8,10 +8,11 @@ and the rename itself is made durable by syncing its directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -30,13 +31,25 @@ def fsync_directory(directory: str | Path) -> None:
         os.close(descriptor)
 
 
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An OSError that does not say which file it is about (a ``write`` on a full disk says only
+    "No space left on device") is raised again naming ``path``, so the CLI's one line does."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror or str(error) or type(error).__name__, str(path)) from error
+
+
 def write_file(path: str | Path, write: Callable[[BinaryIO], object]) -> Path:
     """``write(handle)`` into a temporary file beside ``path``, synced, then renamed to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as handle:
+        with naming(path), open(tmp, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
@@ -54,7 +67,7 @@ def write_texts(files: dict[Path, str]) -> list[Path]:
         for path, text in files.items():
             tmp = temporary[Path(path)]
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as handle:
+            with naming(path), open(tmp, "wb") as handle:
                 handle.write(text.encode("utf-8"))
                 handle.flush()
                 os.fsync(handle.fileno())

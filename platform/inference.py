@@ -25,6 +25,7 @@ from platform.data.subwords import SubwordModel
 from platform.errors import UserError
 from platform.training.checkpoint import (
     CHECKPOINT_FILE,
+    IncompatibleCheckpoint,
     load_checkpoint,
     model_from_checkpoint,
     subword_models_from_checkpoint,
@@ -92,7 +93,11 @@ class Trained:
                 state = load_checkpoint(checkpoint, device)
         except Exception as error:
             raise UserError(f"{checkpoint}: not a checkpoint this code can load ({checkpoint_load_error(error)})") from None
-        model, config = model_from_checkpoint(state, device)
+        try:
+            model, config = model_from_checkpoint(state, device)
+        except IncompatibleCheckpoint as error:  # say which file: a --run's is a temporary copy
+            where = f"the best checkpoint of MLflow run {run_id}" if run_id else str(checkpoint)
+            raise UserError(f"{where}: {error}") from None
         subwords = subword_models_from_checkpoint(state)
         meta = state["dataset_meta"]
         prepare = config_io.from_dict(PrepareConfig, meta["config"])

@@ -113,15 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resume and not args.name:
         raise UserError("--resume needs the --name of the sweep to continue")
     name = args.name or f"{Path(args.space).stem}-{uuid.uuid4().hex[:8]}"
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)  # before any work (no console.log, no demo corpus)
     storage = storage_uri(args.storage_path)
     log_file = None if args.verbose else quiet_logging(console_log_path(storage, name))
-    tracking_uri = resolve_tracking_uri(args.tracking_uri)
     dataset_dir = resolve_dataset(args.data)
     start_ray(args.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves one CPU for trial drivers
               log_to_driver=args.verbose)
     job = {"dataset_dir": dataset_dir, "workers": args.workers_per_trial, "gpus_per_worker": args.gpus_per_worker,
            "cpus_per_worker": args.cpus_per_worker, "experiment": args.experiment, "tracking_uri": tracking_uri,
-           "storage_path": storage, "max_failures": 1}
+           "storage_path": storage, "max_failures": 1, "git_commit": runs.git_commit()}
     fits = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, args.gpus_per_worker)
     sweep = Sweep(name=name, space=space, base=base, num_samples=args.num_samples or (3 if args.smoke else 6),
                   max_epochs=base.get("max_epochs", 10), seed=args.seed, job=job, experiment=args.experiment,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,17 @@ def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: int = 300) ->
     """Run ``python -m module args`` from the repository root, as a user would."""
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.3):
+    """``condition()``'s first true value, polled; an AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture(autouse=True)

@@ -110,16 +110,31 @@ def test_prepare_killed_midway_leaves_no_dataset_and_the_next_run_succeeds(tmp_p
     assert (out / "meta.json").exists() and not (tmp_path / ".demo.tmp").exists()
 
 
-def test_a_replacement_killed_between_its_two_renames_gets_the_old_dataset_back(demo_dataset, tmp_path):
-    from platform.data.encode import check_output
+# SIGKILLs itself at the moment --overwrite has moved the old dataset aside (out -> .out.old) and
+# is about to rename the new one into place: Python's audit hook fires before os.rename runs
+KILL_BETWEEN_THE_RENAMES = """
+import os, runpy, signal, sys
+def hook(event, args):
+    if event == "os.rename" and str(args[0]).endswith("/.dataset.tmp") and str(args[1]).endswith("/dataset"):
+        os.kill(os.getpid(), signal.SIGKILL)
+sys.addaudithook(hook)
+runpy.run_module("platform.prepare", run_name="__main__", alter_sys=True)
+"""
 
+
+def test_a_replacement_killed_between_its_two_renames_gets_the_old_dataset_back(tmp_path):
     out = tmp_path / "dataset"
-    old = tmp_path / ".dataset.old"  # what --overwrite leaves if killed after moving the old one aside
-    old.mkdir()
-    (old / "meta.json").write_text("{}")
-    with pytest.raises(Exception, match="already exists"):
-        check_output(out, overwrite=False)
-    assert (out / "meta.json").read_text() == "{}" and not old.exists()
+    args = ["--data", "demo", "--demo-sizes", "200,20,20", "--vocab-size", "300", "--out", str(out), "--quiet"]
+    first = run_module("platform.prepare", *args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = (out / "meta.json").read_text()
+    killed = subprocess.run([sys.executable, "-c", KILL_BETWEEN_THE_RENAMES, *args, "--demo-sizes", "300,20,20",
+                             "--overwrite"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not out.exists() and (tmp_path / ".dataset.old" / "meta.json").exists()  # the kill landed in between
+    again = run_module("platform.prepare", *args)  # any later prepare of that --out puts the old one back first
+    assert "restored" in again.stderr and "already exists; pass --overwrite" in again.stderr
+    assert (out / "meta.json").read_text() == before and not (tmp_path / ".dataset.old").exists()
 
 
 # ----------------------------------------------------------------------------- environment errors
@@ -130,7 +145,7 @@ def test_an_unwritable_output_directory_is_a_one_line_error(tmp_path):
     blocker.write_text("not a directory")
     result = run_module("platform.prepare", "--data", "demo", "--demo-sizes", "200,20,20", "--vocab-size", "300",
                         "--out", blocker / "dataset", "--quiet")
-    assert "a-file" in one_line_error(result)
+    assert one_line_error(result).startswith(f"error: {blocker}")  # names the file in the way
 
 
 def limit_file_size(limit: int):
@@ -146,7 +161,8 @@ def test_a_full_disk_during_prepare_is_a_one_line_error_and_leaves_nothing(tmp_p
     result = subprocess.run([sys.executable, "-m", "platform.prepare", "--data", "demo", "--demo-sizes", "3000,50,50",
                              "--vocab-size", "500", "--out", str(out), "--quiet"], cwd=ROOT, capture_output=True,
                             text=True, timeout=300, preexec_fn=limit_file_size(64 * 1024))
-    assert "File too large" in one_line_error(result)
+    line = one_line_error(result)
+    assert line.startswith(f"error: {tmp_path}/.dataset.") and line.endswith(": File too large")  # names the file
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no dataset, no temp directory
 
 
@@ -156,11 +172,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(demo_dataset):
-    # before Ray starts or MLflow's retries run (they would take minutes): the timeout fails a slow check
-    result = run_module("platform.train", "--model", "transformer", "--smoke", "--data", demo_dataset,
-                        "--tracking-uri", f"http://127.0.0.1:{free_port()}", timeout=120)
+@pytest.mark.parametrize("command", [["platform.train", "--model", "transformer"], ["platform.tune", "--space", "dbsa"]])
+def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(tmp_path, command):
+    """With the default ``--data demo`` in a directory that has no demo corpus yet: the error
+    comes before any work (preparing the corpus, starting Ray, MLflow's minutes of retries)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # run from an empty directory, as from a fresh clone's sibling
+    result = subprocess.run([sys.executable, "-m", *command, "--tracking-uri", f"http://127.0.0.1:{free_port()}"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "cannot reach the MLflow tracking server" in one_line_error(result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no data/demo, no runs/, no mlflow.db
 
 
 class MlflowServer:
@@ -242,7 +262,8 @@ def test_a_full_disk_during_evaluate_leaves_no_partial_output(trained_directory,
                              "--test", str(demo_dataset / "conllu" / "test"), "--src", "sov", "--tgt", "svo", "--beam", "1",
                              "--out", str(out / "test")], cwd=ROOT, capture_output=True, text=True, timeout=300,
                             preexec_fn=limit_file_size(8 * 1024))
-    assert "File too large" in one_line_error(result)
+    line = one_line_error(result)
+    assert line.startswith(f"error: {out}/test.") and line.endswith(": File too large")  # names the file
     assert list(out.iterdir()) == []
 
 
@@ -278,10 +299,11 @@ def test_a_checkpoint_from_another_config_is_refused_with_the_reason(trained_dir
     broken = trained_directory / "broken.pt"
     torch.save(state, broken)
     result = run_module("platform.translate", "--checkpoint", broken)
-    assert "does not fit this model config (missing" in one_line_error(result)
+    assert one_line_error(result).startswith(f"error: {broken}: the checkpoint does not fit this model config (missing")
     garbage = trained_directory / "garbage.pt"
     garbage.write_bytes(b"\x00not a checkpoint" * 100)
-    assert "not a checkpoint this code can load" in one_line_error(run_module("platform.translate", "--checkpoint", garbage))
+    assert one_line_error(run_module("platform.translate", "--checkpoint", garbage)).startswith(
+        f"error: {garbage}: not a checkpoint this code can load")
 
 
 # ----------------------------------------------------------------------------- security
@@ -302,9 +324,8 @@ def test_a_malicious_pickle_checkpoint_is_refused_and_never_runs(tmp_path):
         pickle.dump({"model": Payload(str(marker))}, handle)
     torch.save({"model": Payload(str(marker))}, tmp_path / "evil2.pt")
     for path in (evil, tmp_path / "evil2.pt"):
-        assert "not a checkpoint this code can load" in one_line_error(run_module("platform.evaluate", "--checkpoint", path,
-                                                                                  "--test", tmp_path / "x", "--src", "a",
-                                                                                  "--tgt", "b"))
+        refused = run_module("platform.evaluate", "--checkpoint", path, "--test", tmp_path / "x", "--src", "a", "--tgt", "b")
+        assert one_line_error(refused).startswith(f"error: {path}: not a checkpoint this code can load")
     assert not marker.exists()
 
 

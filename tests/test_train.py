@@ -1,12 +1,14 @@
 """platform.train on a real local Ray cluster with a real MLflow sqlite store."""
 
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, SECRET, run_module
+from conftest import ROOT, SECRET, run_module, wait_for
 from models import MODELS
 from platform import train
 
@@ -61,6 +63,55 @@ def test_train_cli_as_a_user_runs_it(demo_dataset, tmp_path):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     bad = run_module("platform.train", "--model", "transformer", "--set", "optim.learning_rate=1", "--data", str(demo_dataset))
     assert bad.returncode == 2 and "unknown config key 'optim.learning_rate'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_relative_tracking_uris_keep_every_metric(ray_cluster, demo_dataset, tmp_path, monkeypatch):
+    """README's ``sqlite:///heldout.db`` form and ``MLFLOW_TRACKING_URI=file:mlruns`` name stores
+    relative to where the user runs the command; rank 0 and the relay run in Ray's copy of the
+    repository, where the same words would name other, empty stores."""
+    monkeypatch.chdir(tmp_path)
+    args = ["--model", "transformer", "--data", str(demo_dataset), "--smoke", "--storage-path", str(tmp_path / "runs"),
+            "--max-failures", "0"]
+    assert train.main([*args, "--experiment", "rel-sqlite", "--tracking-uri", "sqlite:///heldout.db"]) == 0
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:mlruns")
+    assert train.main([*args, "--experiment", "rel-file"]) == 0
+    for uri, experiment in ((f"sqlite:///{tmp_path}/heldout.db", "rel-sqlite"), ((tmp_path / "mlruns").as_uri(), "rel-file")):
+        client, found = runs_of(uri, experiment)
+        assert len(found) == 1 and found[0].info.status == "FINISHED"
+        assert [m.step for m in client.get_metric_history(found[0].info.run_id, "dev_bleu")] == [1, 2]
+
+
+def test_a_rerun_with_the_same_name_continues_its_run(ray_cluster, demo_dataset, tmp_path):
+    """Killed: the rerun resumes the Ray checkpoints *and* the MLflow run; finished: it says so."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = ["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--max-epochs", "3", "--set",
+            "max_steps_per_epoch=30", "--experiment", "rerun", "--tracking-uri", uri, "--storage-path",
+            str(tmp_path / "runs"), "--name", "again"]
+    address = ray_cluster.get_runtime_context().gcs_address  # the driver joins the session's cluster
+    with open(tmp_path / "driver.log", "w") as log:
+        driver = subprocess.Popen([sys.executable, "-m", "platform.train", *args, "--address", address], cwd=ROOT,
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        snapshot = tmp_path / "runs" / "again" / "checkpoint_manager_snapshot.json"
+        wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text() or driver.poll() is not None,
+                 300, "the first checkpoint")
+        assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the whole driver, as when an SSH session drops
+        driver.wait(timeout=60)
+    _, found = runs_of(uri, "rerun")
+    assert [run.info.status for run in found] == ["RUNNING"]  # what the killed driver left
+
+    assert train.main(args) == 0
+    client, found = runs_of(uri, "rerun")
+    assert len(found) == 1
+    run = found[0]
+    assert run.info.status == "FINISHED" and int(run.data.tags["resumed_from_epoch"]) >= 1
+    assert sorted({int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu")}) == [1, 2, 3]
+
+    again = run_module("platform.train", *args, timeout=120)  # answered before Ray starts
+    assert again.returncode == 0 and "has finished already" in again.stdout, again.stderr[-2000:]
+    assert run.info.run_id in again.stdout and len(runs_of(uri, "rerun")[1]) == 1
 
 
 def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_cluster, tanaka_dataset, tanaka, tmp_path):

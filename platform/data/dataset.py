@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from platform import atomic
 from platform.data.batching import LIST_COLUMNS, TEXT_COLUMNS, ParquetExamples
 from platform.errors import InputError, UserError
 
@@ -83,7 +84,8 @@ def read_examples(directory: str | Path, split: str) -> ParquetExamples:
 
 def write_split(directory: str | Path, split: str, table: pa.Table, row_group_size: int = 4096) -> Path:
     path = split_path(directory, split)
-    pq.write_table(table, path, row_group_size=row_group_size, compression="zstd")
+    with atomic.naming(path):
+        pq.write_table(table, path, row_group_size=row_group_size, compression="zstd")
     return path
 
 
@@ -92,11 +94,15 @@ def read_subword_model(directory: str | Path, side: str) -> bytes:
 
 
 def write_subword_model(directory: str | Path, side: str, blob: bytes) -> None:
-    subword_model_path(directory, side).write_bytes(blob)
+    path = subword_model_path(directory, side)
+    with atomic.naming(path):
+        path.write_bytes(blob)
 
 
 def write_meta(directory: str | Path, meta: dict[str, Any]) -> None:
-    (Path(directory) / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path = Path(directory) / META_FILE
+    with atomic.naming(path):
+        path.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def read_meta_unchecked(directory: str | Path) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from platform import atomic
 from platform.errors import UserError
 
 SRC_LANG, TGT_LANG = "sov", "svo"
@@ -366,7 +367,8 @@ def write_corpus(directory: str | Path, config: DemoConfig) -> dict[str, Path]:
     prefixes = {}
     for split, count in (("train", config.num_train), ("dev", config.num_dev), ("test", config.num_test)):
         prefix = directory / split
-        with gzip.open(f"{prefix}.{SRC_LANG}.conllu.gz", "wt", encoding="utf-8", compresslevel=5) as src_file, \
+        with atomic.naming(f"{prefix}.{{{SRC_LANG},{TGT_LANG}}}.conllu.gz"), \
+             gzip.open(f"{prefix}.{SRC_LANG}.conllu.gz", "wt", encoding="utf-8", compresslevel=5) as src_file, \
              gzip.open(f"{prefix}.{TGT_LANG}.conllu.gz", "wt", encoding="utf-8", compresslevel=5) as tgt_file:
             for number, pair in enumerate(generate(config, split, count, lexicon), start=1):
                 src_file.write(to_conllu(pair.src, f"{split}-{number}"))

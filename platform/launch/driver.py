@@ -35,24 +35,25 @@ class Job:
     storage_path: str  # a directory, or shared storage such as s3://bucket/prefix
     max_failures: int
     started_at: float | None = None  # time.time() of the launch: the first epoch logs startup_s from it
+    git_commit: str = ""  # the launching driver's commit (a trial runs in Ray's copy, without .git)
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
-        ray_address: str | None = None, callbacks: list | None = None, reuse_tag: str | None = None) -> str:
+        ray_address: str | None = None, callbacks: list | None = None, reuse: dict[str, str] | None = None) -> str:
     """Open the MLflow run, train with Ray Train, close the run; returns the run id.
 
-    With ``reuse_tag`` (a key of ``tags``, e.g. ``trial_id``) a run that already carries that
-    tag is reopened instead of creating a duplicate (a retried trial resumes its own run).
+    With ``reuse`` (tags that identify one run: a trial's parent run and trial id) the run that
+    carries them is reopened instead of creating a duplicate (a retried trial resumes its own run).
     Raises ``TrainingFailed`` (after marking the run FAILED) if the workers failed for good."""
     meta = ds.read_meta(job.dataset_dir)
     config_yaml = config_io.dump_yaml(config)
     extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
-             "git_commit": runs.git_commit(), "dataset_sha256": runs.dataset_sha256(meta),
+             "git_commit": job.git_commit or runs.git_commit(), "dataset_sha256": runs.dataset_sha256(meta),
              "data": str(job.dataset_dir)}
     tags = {"model": config.model.name, **(tags or {})}
     start_ray(ray_address)
     start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
-    run_id = runs.find_run(job.tracking_uri, job.experiment, {reuse_tag: tags[reuse_tag]}) if reuse_tag else None
+    run_id = runs.find_run(job.tracking_uri, job.experiment, reuse) if reuse else None
     if run_id is None:
         run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
                                 tags, config_yaml, parent_run_id)

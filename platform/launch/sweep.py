@@ -76,10 +76,16 @@ def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     job = Job(**{**setup["job"], "run_name": f"{setup['sweep']}-{trial_id}", "started_at": started_at})
     tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name}
     run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[TuneReportCallback()],
-        reuse_tag="trial_id")
+        reuse=trial_run_tags(setup["parent_run_id"], trial_id))
 
 
-def _close_trial_runs_callback(tracking_uri: str, experiment: str, max_iterations: int):
+def trial_run_tags(parent_run_id: str, trial_id: str) -> dict[str, str]:
+    """The tags that identify a trial's MLflow run: its sweep's parent run and its Tune trial id
+    (a trial id alone may recur in another sweep of the experiment)."""
+    return {"mlflow.parentRunId": parent_run_id, "trial_id": trial_id}
+
+
+def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id: str, max_iterations: int):
     import ray.tune
 
     class CloseTrialRuns(ray.tune.Callback):
@@ -97,7 +103,7 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, max_iteration
             self._close(trial, error=f"trial {trial.trial_id} failed (see Ray logs)")
 
         def _close(self, trial, error):
-            run_id = runs.find_run(tracking_uri, experiment, {"trial_id": trial.trial_id})
+            run_id = runs.find_run(tracking_uri, experiment, trial_run_tags(parent_run_id, trial.trial_id))
             if run_id is None:
                 return
             client = store.client(tracking_uri)
@@ -178,7 +184,8 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
             max_concurrent_trials=sweep.max_concurrent),
         run_config=ray.tune.RunConfig(
             name=sweep.name, storage_path=str(sweep.storage_path), verbose=None if verbose else 0,
-            callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.max_epochs),
+            callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id,
+                                                  sweep.max_epochs),
                        *callbacks]),
     )
     return tuner.fit()
@@ -361,17 +368,21 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
 
 
 def parent_run(sweep: Sweep, resume: bool) -> str:
-    """The sweep's parent run: reopened on --resume (never a duplicate), else created."""
-    if resume:
-        run_id = runs.find_run(sweep.tracking_uri, sweep.experiment, {"sweep_parent": sweep.name})
-        if run_id is not None:
-            store.client(sweep.tracking_uri).update_run(run_id, status="RUNNING")
-            return run_id
+    """The sweep's parent run: reopened on --resume (never a duplicate), else created.  A name
+    is one sweep per experiment: reusing it without --resume is refused, so every later lookup
+    (the parent on --resume, a trial's run under its parent) finds exactly one run."""
+    run_id = runs.find_run(sweep.tracking_uri, sweep.experiment, {"sweep_parent": sweep.name})
+    if run_id is not None and not resume:
+        raise UserError(f"a sweep named {sweep.name!r} exists in experiment {sweep.experiment!r} (MLflow run "
+                        f"{run_id}); add --resume to continue it, or choose another --name")
+    if run_id is not None:
+        store.client(sweep.tracking_uri).update_run(run_id, status="RUNNING")
+        return run_id
     params = {"space": sweep.space.name, "model": sweep.space.spec.model, "num_samples": sweep.num_samples,
               "max_epochs": sweep.max_epochs, "seed": sweep.seed, "searcher": "optuna-tpe", "scheduler": "asha",
               "metric": sweep.space.spec.metric, "workers_per_trial": sweep.job["workers"],
               "gpus_per_worker": sweep.job["gpus_per_worker"], "max_concurrent": sweep.max_concurrent,
-              "git_commit": runs.git_commit()}
+              "git_commit": sweep.job["git_commit"]}
     space_text = space_path(sweep.space.name).read_text(encoding="utf-8")
     return runs.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
                           {"sweep_parent": sweep.name, "space": sweep.space.name}, space_text)

@@ -27,6 +27,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     import torch
 
     config: TrainConfig = loop["config"]  # the typed object, validated by the driver
+    _quiet_report_dumps()
     torch.set_num_threads(max(1, min(int(loop["cpus_per_worker"]), os.cpu_count() or 1)))  # Ray pins 1 thread otherwise
     ctx = Context.from_torch_distributed(ray.train.torch.get_device())
     dataset = PreparedDataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
@@ -37,6 +38,20 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     finally:
         if hooks.logger is not None:
             hooks.logger.close()  # a last try at what an outage held back; says what is lost
+
+
+def _quiet_report_dumps() -> None:
+    """Ray Train V2 logs every ``ray.train.report`` as ``Reporting training result N:
+    TrainingReport(...)`` at INFO, through a logger named by its *file path*, so
+    ``LoggingConfig(log_level="ERROR")`` (which filters ``ray.train.*``) lets it through to the
+    console.  The metrics are in MLflow and in our own progress line; drop the dump."""
+    import logging
+
+    try:
+        from ray.train.v2._internal.execution import context as train_context
+    except ImportError:  # another Ray Train: nothing to quiet
+        return
+    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
 
 
 def _write_line(line: str) -> None:

@@ -78,6 +78,9 @@ class RunLogger:
                 if not self.keep_going:
                     self.pending.pop(0)
                     raise
+                if _run_missing(error):  # every later call would be lost too: never train on silently
+                    raise RunLost(f"MLflow run {self.run_id} does not exist in {self.tracking_uri} "
+                                  f"({_one_line(error)}); stopping rather than training without tracking") from None
                 if _refused(error):  # retrying cannot help: say what is lost, keep the rest going
                     self.pending.pop(0)
                     _warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
@@ -121,6 +124,16 @@ def _quick_http(enabled: bool):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+class RunLost(RuntimeError):
+    """The run being logged to is not in the store (deleted, or another store than the driver's)."""
+
+
+def _run_missing(error: BaseException) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    return isinstance(error, MlflowException) and error.error_code == "RESOURCE_DOES_NOT_EXIST"
 
 
 def _refused(error: BaseException) -> bool:

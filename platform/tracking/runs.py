@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from platform import config as config_io
+from platform.errors import UserError
 from platform.tracking.artifacts import log_text
 from platform.tracking.store import client
 
@@ -96,14 +97,26 @@ def start_run(tracking_uri: str, experiment: str, run_name: str, params: dict[st
 
 
 def find_run(tracking_uri: str, experiment: str, tags: dict[str, str]) -> str | None:
-    """The id of a run of ``experiment`` carrying all ``tags`` (None if there is none)."""
+    """The id of *the* run of ``experiment`` carrying all ``tags`` (None if there is none).
+
+    Callers pass tags that identify one run (a trial by its parent run and trial id, a sweep's
+    parent or a named training by name); two matches are an error, never a guess."""
     mlflow_client = client(tracking_uri)
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:
         return None
-    query = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
-    runs = mlflow_client.search_runs([found.experiment_id], filter_string=query, max_results=1)
+    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+    runs = mlflow_client.search_runs([found.experiment_id], filter_string=query, max_results=2)
+    if len(runs) > 1:
+        ids = ", ".join(run.info.run_id for run in runs)
+        raise UserError(f"several MLflow runs of experiment {experiment!r} carry {tags} ({ids}); "
+                        f"delete the extra one or use another name")
     return runs[0].info.run_id if runs else None
+
+
+def status(tracking_uri: str, run_id: str) -> str:
+    """RUNNING, FINISHED, FAILED or KILLED."""
+    return client(tracking_uri).get_run(run_id).info.status
 
 
 def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None,

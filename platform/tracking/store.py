@@ -19,9 +19,30 @@ def default_tracking_uri() -> str:
 
 def resolve_tracking_uri(flag: str | None = None) -> str:
     """``--tracking-uri``, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the cwd;
-    a store that cannot be reached is a one-line error here, before any work."""
-    uri = flag or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri()
+    a local store made absolute (``absolute_store``); a store that cannot be reached is a
+    one-line error here, before any work."""
+    uri = absolute_store(flag or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri())
     check_reachable(uri)
+    return uri
+
+
+def absolute_store(uri: str) -> str:
+    """A local store with its path made absolute against the driver's cwd, once, here.
+
+    Every other process that opens it (the relay actor, rank 0, a trial driver) runs in Ray's
+    copy of the repository, where ``sqlite:///mlflow.db`` or ``file:mlruns`` would name another,
+    empty store and every call would fail with "Run ... not found".  Remote stores pass
+    unchanged; so does the in-memory ``sqlite://``."""
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///"):]
+        return uri if path.startswith("/") else f"sqlite:///{Path(path).resolve()}"
+    if uri.startswith("file:"):
+        rest = uri[len("file:"):]
+        if rest.startswith("//"):  # file:///abs (or file://host/..., left to MLflow)
+            return uri
+        return Path(rest).resolve().as_uri()  # file:mlruns, file:./mlruns
+    if "://" not in uri:  # a bare path: MLflow's file store
+        return Path(uri).expanduser().resolve().as_uri()
     return uri
 
 
@@ -101,8 +122,11 @@ class MlflowRelay:
     """The actor: an MlflowClient on the driver's node."""
 
     def __init__(self, tracking_uri: str):
+        import logging
+
         from mlflow.tracking import MlflowClient
 
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # not "Creating initial MLflow database tables"
         self.client = MlflowClient(tracking_uri=tracking_uri)
 
     def call(self, method: str, *args, **kwargs):

@@ -51,9 +51,9 @@ class TrainConfig:
 # sweep: the default of platform.tune on a CPU (many short trials); paper: each recipe's own.
 SIZES = {
     "cpu": {
-        TransformerConfig: dict(num_encoder_layers=3, num_decoder_layers=3, d_model=256, num_heads=4, d_ff=1024,
+        TransformerConfig: dict(num_encoder_layers=2, num_decoder_layers=2, d_model=128, num_heads=4, d_ff=512,
                                 dropout=0.1),
-        RNNConfig: dict(d_embed=256, d_hidden=256, dropout=0.2),
+        RNNConfig: dict(d_embed=128, d_hidden=128, dropout=0.2),
     },
     "sweep": {
         TransformerConfig: dict(num_encoder_layers=2, num_decoder_layers=2, d_model=128, num_heads=4, d_ff=512,
@@ -69,7 +69,7 @@ SIZES = {
 # The rest of a run's defaults per size.  CPU: small batches and a short warm-up, so the demo
 # corpus gets ~250 updates per epoch.
 RUN_PRESETS = {
-    "cpu": {"batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 200}},
+    "cpu": {"max_epochs": 3, "batching": {"max_tokens": 1500}, "optim": {"lr": 2e-3, "warmup_steps": 100}},
     "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},
     "sweep": {"max_epochs": 4, "max_steps_per_epoch": 100, "eval": {"max_sentences": 200},
               "batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 100}},

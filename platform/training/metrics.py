@@ -69,12 +69,18 @@ UNSPACED = {"ja", "zh", "th"}  # written without spaces between words
 SACREBLEU_TOKENIZER = {"ja": "char", "zh": "zh", "th": "char"}
 
 
+def keeps_tokens(lang: str) -> bool:
+    """Synthetic or unknown languages (not an ISO 639-1 code): their "detokenized" text keeps
+    the tokens, since no detokenizer knows their punctuation rules."""
+    return lang not in UNSPACED and len(lang) != 2
+
+
 @lru_cache(maxsize=None)
 def detokenizer(lang: str) -> Callable[[str], str]:
     """Tokenized text (words separated by spaces) → running text in ``lang``."""
     if lang in UNSPACED:
         return lambda text: "".join(text.split())
-    if len(lang) == 2:  # an ISO 639-1 code: Moses knows its punctuation rules
+    if not keeps_tokens(lang):  # an ISO 639-1 code: Moses knows its punctuation rules
         from sacremoses import MosesDetokenizer
 
         moses = MosesDetokenizer(lang=lang)
@@ -100,7 +106,9 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str], lan
     detok = detokenizer(lang)
     hyp_text = [detok(h) for h in hypotheses]
     ref_text = [detok(r) for r in references]
-    bleu = sacrebleu.BLEU(tokenize=SACREBLEU_TOKENIZER.get(lang, "13a"))
+    # force: sacrebleu's "forgot to detokenize?" warning would fire on every evaluation of a
+    # synthetic corpus although nothing was forgotten
+    bleu = sacrebleu.BLEU(tokenize=SACREBLEU_TOKENIZER.get(lang, "13a"), force=keeps_tokens(lang))
     detok_bleu = bleu.corpus_score(hyp_text, [ref_text])
     chrf = sacrebleu.CHRF().corpus_score(hyp_text, [ref_text])
     tok_bleu = sacrebleu.BLEU(tokenize="none", force=True).corpus_score(list(hypotheses), [list(references)])

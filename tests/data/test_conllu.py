@@ -2,6 +2,8 @@
 real UD files with multiword tokens and empty nodes are accepted."""
 
 import gzip
+import json
+import re
 
 import pytest
 
@@ -62,6 +64,19 @@ def test_bad_source_side_fails_cleanly(tmp_path, case):
     assert_clean_failure(result, out, where + message)
 
 
+@pytest.mark.parametrize("case,side,split", [("cycle", "yy", "train"), ("head out of range", "xx", "dev"),
+                                             ("several roots", "yy", "test"), ("wrong column count", "yy", "dev")])
+def test_bad_input_on_the_target_side_and_in_dev_or_test_fails_cleanly(tmp_path, case, side, split):
+    bad, line, message = BAD_SOURCES[case]
+    good = GOOD * bad.count("\n\n")
+    prefixes = {name: write_pair(tmp_path, GOOD * 2, GOOD * 2, name=name) for name in ("train", "dev", "test")}
+    prefixes[split] = write_pair(tmp_path, bad if side == "xx" else good, bad if side == "yy" else good, name=split)
+    out = tmp_path / "out"
+    result = run_module("platform.prepare", "--train", prefixes["train"], "--dev", prefixes["dev"], "--test",
+                        prefixes["test"], "--src", "xx", "--tgt", "yy", "--out", out, "--vocab-size", "20")
+    assert_clean_failure(result, out, f"{prefixes[split]}.{side}.conllu:{line}: {message}")
+
+
 def test_invalid_utf8_names_the_line(tmp_path):
     prefix = write_pair(tmp_path, GOOD.encode() + b"1\t\xff\xfe\tx\tX\t_\t_\t0\troot\t_\t_\n\n", GOOD * 2)
     out = tmp_path / "out"
@@ -93,6 +108,18 @@ def test_fix_roots_reattaches_extra_roots_to_the_first(tmp_path):
     assert sentence.heads == (-1, 0, 1) and sentence.roots_fixed == 1
 
 
+def test_fix_roots_through_the_cli_counts_what_it_fixed(tmp_path):
+    two_roots = row(1, 0) + row(2, 0) + row(3, 2) + "\n"
+    prefix = write_pair(tmp_path, GOOD + two_roots, two_roots + GOOD)
+    out = tmp_path / "out"
+    result = run_module("platform.prepare", *prepare_args(prefix, out))
+    assert_clean_failure(result, out, f"{prefix}.xx.conllu:7: 2 roots")
+    result = run_module("platform.prepare", *prepare_args(prefix, out), "--fix-roots")
+    assert result.returncode == 0, result.stderr
+    splits = json.loads((out / "meta.json").read_text())["splits"]
+    assert splits["train"]["roots_fixed"] == 2 and splits["train"]["pairs_written"] == 2  # one per side
+
+
 def test_existing_output_is_never_replaced_without_overwrite(tmp_path):
     prefix = write_pair(tmp_path, GOOD * 2, GOOD * 2)
     out = tmp_path / "out"
@@ -110,10 +137,12 @@ def test_real_ud_english_with_multiword_tokens_and_empty_nodes(ud_samples):
     path = ud_samples / "en_ewt-ud-dev.conllu.gz"
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         raw = handle.read()
-    assert "\n1-2\t" in raw or "-" in raw.split("\t")[0]  # the file really has ranges
-    assert "\t_\t_\t8:xcomp" in raw  # and empty nodes
+    assert len(re.findall(r"^\d+-\d+\t", raw, re.M)) == 359  # the file really has multiword ranges
+    assert len(re.findall(r"^\d+\.\d+\t", raw, re.M)) == 4  # and empty nodes
     sentences = read_conllu(path)
     assert len(sentences) == 2001
+    # every word line is read, no range or empty-node line is
+    assert sum(len(s.words) for s in sentences) == len(re.findall(r"^\d+\t", raw, re.M))
     todays = next(s for s in sentences if s.text.startswith("Today's incident"))
     assert todays.words[:2] == ("Today", "'s")  # the range line 1-2 "Today's" was skipped
     assert all(sum(h == -1 for h in s.heads) == 1 for s in sentences)

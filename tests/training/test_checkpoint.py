@@ -40,7 +40,7 @@ def test_checkpoint_round_trip_gives_the_identical_next_step(demo_dataset, tmp_p
     restore(load_checkpoint(tmp_path / "checkpoint.pt"), model2, optimizer2, scheduler2, sampler2)
     resumed = train_step(model2, optimizer2, scheduler2, next(iter(sampler2)), config, ctx).loss
     assert resumed == pytest.approx(uninterrupted, abs=1e-6)
-    assert not (tmp_path / ".checkpoint.pt.tmp").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no temp file left beside it
 
 
 def test_checkpoint_loads_with_weights_only(demo_dataset, tmp_path):
