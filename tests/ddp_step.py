@@ -1,9 +1,12 @@
-"""Helper process for the DDP test: two optimizer updates on fixed examples, then save the parameters.
+"""Helper process for the DDP tests: optimizer updates on fixed examples, then save the result.
 
-    python tests/ddp_step.py DATASET OUT.pt RANK WORLD INIT_FILE
+    python tests/ddp_step.py DATASET OUT RANK WORLD INIT_FILE [MODEL] [diverge]
 
 Rank r takes examples r, r+W, ... of a fixed global batch, so any world size sees the same
-global batch; the parameters after the updates must not depend on the world size."""
+global batch; the parameters after the updates must not depend on the world size.  Each rank
+saves its own parameters (``OUT.rank<r>``), so DDP keeping the ranks in step is checked too.
+With ``diverge`` the learning rate makes the loss NaN within a few updates: each rank saves
+the update at which it stopped and the reason."""
 
 import sys
 
@@ -13,30 +16,53 @@ import torch.distributed as dist
 from platform.data import dataset as ds
 from platform.training.config import load_train_config
 from platform.training.context import Context
-from platform.training.step import build_training, train_step
+from platform.training.step import Diverged, build_training, train_step
 
 GLOBAL_BATCHES = [list(range(0, 24)), list(range(24, 40))]
+TRANSFORMER = {"num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": 0.0}
+MODEL_SETTINGS = {
+    "dbsa": {**TRANSFORMER, "p_enc": 1, "p_dec": 2},
+    "tree2seq": {"d_embed": 32, "d_hidden": 32, "dropout": 0.0},
+    "hier_tree_gru": {"d_embed": 32, "d_hidden": 32, "dropout": 0.0},
+    "gumbel_tree": {"d_embed": 32, "d_hidden": 32, "dropout": 0.0},
+}
 
 
-def main(dataset: str, out: str, rank: int, world: int, init_file: str) -> None:
+def config_of(model: str, diverge: bool):
+    optim = {"lr": 1e30, "warmup_steps": 0, "clip_norm": 0.0} if diverge else {"warmup_steps": 2}
+    return load_train_config({"model": {"name": model, **MODEL_SETTINGS[model]}, "optim": optim})
+
+
+def main(dataset: str, out: str, rank: int, world: int, init_file: str, model_name: str = "dbsa",
+         mode: str = "") -> None:
     torch.set_num_threads(1)
+    torch.manual_seed(1)
     if world > 1:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    config = load_train_config({"model": {"name": "dbsa", "num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32,
-                                          "num_heads": 4, "d_ff": 64, "dropout": 0.0, "p_enc": 1, "p_dec": 2},
-                                "optim": {"warmup_steps": 2}})
+    config = config_of(model_name, mode == "diverge")
     ctx = Context.from_torch_distributed(torch.device("cpu"))
     examples = ds.read_examples(dataset, "train")
     model, optimizer, scheduler = build_training(config, 1000, 1000, ctx)
-    wrapped = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    for indices in GLOBAL_BATCHES:
-        train_step(wrapped, optimizer, scheduler, examples.collate(indices[rank::world]), config, ctx)
-    if rank == 0:
-        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out)
+    unused = getattr(model, "may_skip_parameters", False)  # as the Ray worker wraps it
+    wrapped = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=unused) if world > 1 else model
+    if mode == "diverge":
+        batches = [list(range(start, start + 16)) for start in range(0, 320, 16)]
+        stopped = {"step": None, "reason": ""}
+        for step, indices in enumerate(batches, start=1):
+            try:
+                train_step(wrapped, optimizer, scheduler, examples.collate(indices[rank::world]), config, ctx)
+            except Diverged as error:
+                stopped = {"step": step, "reason": str(error)}
+                break
+        torch.save(stopped, f"{out}.rank{rank}")
+    else:
+        for indices in GLOBAL_BATCHES:
+            train_step(wrapped, optimizer, scheduler, examples.collate(indices[rank::world]), config, ctx)
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{out}.rank{rank}")
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], *sys.argv[6:])

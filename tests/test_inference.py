@@ -31,12 +31,13 @@ def test_translate_needs_trees_for_tree_models_and_reads_conllu(tree2seq_checkpo
     from conftest import ROOT
 
     result = subprocess.run([sys.executable, "-m", "platform.translate", "--checkpoint", str(tree2seq_checkpoint),
-                             "--conllu", "--beam", "2"], input=first_three, capture_output=True, text=True, cwd=ROOT)
+                             "--conllu", "--beam", "2"], input=first_three, capture_output=True, text=True, cwd=ROOT,
+                            timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(result.stdout.splitlines()) == 3
     broken = subprocess.run([sys.executable, "-m", "platform.translate", "--checkpoint", str(tree2seq_checkpoint),
                              "--conllu"], input="1\tx\tx\tX\t_\t_\t5\tdep\t_\t_\n\n", capture_output=True, text=True,
-                            cwd=ROOT)
+                            cwd=ROOT, timeout=300)
     assert broken.returncode == 2 and "<stdin>:1: HEAD 5 out of range" in broken.stderr
 
 

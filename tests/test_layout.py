@@ -105,3 +105,32 @@ def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
         spec = PathSpec.from_lines("gitwildmatch", patterns)
         assert [f for f in code if spec.match_file(f)] == [], what
         assert spec.match_file("data/demo/train.parquet") and spec.match_file("runs/sweep/x"), what
+
+
+def untimed_subprocesses(path: Path) -> list[str]:
+    """``subprocess.run``-style calls without ``timeout=``, and ``.wait()`` / ``.communicate()``
+    without one, in a test file: a hung child would hang CI until its 90-minute limit."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        timed = any(keyword.arg == "timeout" for keyword in node.keywords)
+        starts = (node.func.attr in ("run", "check_output", "check_call", "call")
+                  and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess")
+        waits = node.func.attr in ("wait", "communicate") and not node.args
+        if (starts or waits) and not timed:
+            found.append(f"{path.name}:{node.lineno} {node.func.attr}")
+    return found
+
+
+def test_every_subprocess_a_test_starts_has_a_timeout():
+    files = list((ROOT / "tests").rglob("*.py"))
+    assert len(files) > 20
+    assert [found for path in files for found in untimed_subprocesses(path)] == []
+
+
+def test_the_timeout_check_catches_an_untimed_call(tmp_path):
+    sample = tmp_path / "t.py"
+    sample.write_text("import subprocess\nsubprocess.run(['x'], timeout=5)\np = subprocess.Popen(['x'])\n"
+                      "p.wait()\np.communicate(timeout=3)\nsubprocess.run(['y'])\n")
+    assert untimed_subprocesses(sample) == ["t.py:4 wait", "t.py:6 run"]

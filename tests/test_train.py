@@ -128,13 +128,14 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     refs = (tmp_path / "tanaka-test.ref").read_text().splitlines()
     assert len(hyps) == len(refs) == 500
     cli = subprocess.run([sys.executable, "-m", "sacrebleu", str(tmp_path / "tanaka-test.ref"), "-i",
-                          str(tmp_path / "tanaka-test.hyp"), "-b", "-w", "4"], capture_output=True, text=True, cwd=ROOT)
+                          str(tmp_path / "tanaka-test.hyp"), "-b", "-w", "4"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
     client, runs = runs_of(uri, "tanaka")
     logged = runs[0].data.metrics["test_bleu"]
     assert float(cli.stdout.strip()) == pytest.approx(logged, abs=1e-3)
     assert "test_chrf" in runs[0].data.metrics and "test_bleu_tok" in runs[0].data.metrics
     translated = subprocess.run([sys.executable, "-m", "platform.translate", "--run", run_id, "--tracking-uri", uri,
                                  "--beam", "2"], input="私 は 学生 です 。\n猫 が 好き 。\n", capture_output=True,
-                                text=True, cwd=ROOT)
+                                text=True, cwd=ROOT, timeout=300)
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(translated.stdout.splitlines()) == 2

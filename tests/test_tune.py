@@ -63,6 +63,13 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert (tmp_path / "report" / "report.csv").read_text().count("\n") == len(children) + 1
     assert (tmp_path / "report" / "sweep.png").exists()
     assert "report" in {a.path for a in client.list_artifacts(parents[0].info.run_id)}
+    # the name is this sweep's: reusing it without --resume is refused before any trial runs
+    from platform.errors import UserError
+    with pytest.raises(UserError, match="a sweep named 's1' exists .* add --resume"):
+        tune.main(sweep_args(demo_dataset, tmp_path, "--name", "s1"))
+    assert len(client.search_runs([experiment.experiment_id])) == len(runs)
+    # and every run records the driver's commit (a trial runs in Ray's copy, which has no .git)
+    assert {c.data.params["git_commit"] for c in children} == {parents[0].data.params["git_commit"]} != {"unknown"}
 
 
 TWO_NODES = textwrap.dedent("""

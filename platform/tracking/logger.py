@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,24 +17,43 @@ from platform.tracking.store import client
 class RunLogger:
     """What rank 0 writes to an open run.
 
-    For training (``keep_going``), a tracking outage never stops the run: a call that still fails
-    after MLflow's own HTTP retries is kept, in order, and retried with later calls (at most once
-    a minute, see ``flush``); a call the store refuses (4xx) is dropped with a warning; ``close``
-    makes a last try and names what is lost.  For a CLI (``keep_going=False``) any failure raises."""
+    For training (``keep_going``), a tracking outage never stops the run, and never holds it up:
+    calls are queued and a background thread sends them in order, so the training loop (and the
+    other ranks, waiting for rank 0 in a collective) never wait on MLflow, whatever MLflow's own
+    HTTP retries cost and whether the calls go straight to the store or through the relay actor.
+    A call that still fails after those retries stays queued and is retried with later ones (at
+    most once a minute, see ``flush``); a call the store refuses (4xx) is dropped with a warning,
+    except that a run missing from the store raises ``RunLost`` on the next call (every later
+    call would be lost too); ``close`` waits a bounded time, makes a last try and names what is
+    lost.  ``waited_s`` is how long callers were held up.  For a CLI (``keep_going=False``)
+    every call is sent at once and any failure raises."""
+
+    RETRY_AFTER_S = 60.0  # during an outage, new calls queue up without an attempt for this long
+    CLOSE_WAIT_S = 150.0  # at the end, how long close() lets the sender finish (one call's MLflow retries: ~2 min)
 
     def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None):
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self.client = client(tracking_uri)
         self.pending: list[tuple[str, Callable[[], Any]]] = []
+        self.waited_s = 0.0
         self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none failed)
         self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
+        self._lock = threading.Lock()  # guards pending
+        self._sending = threading.Lock()  # one flush at a time
+        self._wake = threading.Event()
+        self._closing = False
+        self._fatal: BaseException | None = None
+        self._sender = None
+        if self.keep_going:
+            self._sender = threading.Thread(target=self._send_loop, name=f"mlflow-{run_id[:8]}", daemon=True)
+            self._sender.start()
         if reopen:  # training (also after a restart from a checkpoint): the run is live again
             self._call("reopen the run", lambda: self.client.update_run(run_id, status="RUNNING"))
 
     def metrics(self, metrics: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000)  # when it was measured, not when it reached the store
         items = [Metric(key, float(value), now, step) for key, value in metrics.items()]
         self._call(f"metrics of step {step}", lambda: self.client.log_batch(self.run_id, metrics=items))
 
@@ -59,53 +79,108 @@ class RunLogger:
         self._call(f"artifact {artifact_file}", lambda: log_text(self.tracking_uri, self.run_id, text, artifact_file),
                    replaces=True)
 
-    RETRY_AFTER_S = 60.0  # during an outage, new calls queue up without an attempt for this long
-
     def flush(self, force: bool = False) -> bool:
-        """Send what is pending, in order; False if the store is still unreachable.
+        """Send what is pending, in order, now; False if the store is still unreachable.
 
         After a failure the queue is retried at most every ``RETRY_AFTER_S`` (unless ``force``),
-        and with MLflow's HTTP retries cut short, so an outage costs rank 0 seconds per epoch,
-        not MLflow's minutes of back-off per call while the other ranks wait in a collective."""
-        if not force and self.pending and time.monotonic() < self._retry_at:
-            return False
-        while self.pending:
-            what, call = self.pending[0]
-            try:
-                with _quick_http(self._retry_at > 0):
-                    call()
-            except Exception as error:  # noqa: BLE001 - decide below whether it is an outage
-                if not self.keep_going:
-                    self.pending.pop(0)
-                    raise
-                if _run_missing(error):  # every later call would be lost too: never train on silently
-                    raise RunLost(f"MLflow run {self.run_id} does not exist in {self.tracking_uri} "
-                                  f"({_one_line(error)}); stopping rather than training without tracking") from None
-                if _refused(error):  # retrying cannot help: say what is lost, keep the rest going
-                    self.pending.pop(0)
-                    _warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
-                    continue
-                self._retry_at = time.monotonic() + self.RETRY_AFTER_S
-                _warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
-                      f"for run {self.run_id}, retried with a later one (first: {what})")
+        with MLflow's HTTP retries cut short in this process."""
+        with self._sending:
+            if not force and self.pending and time.monotonic() < self._retry_at:
                 return False
-            self.pending.pop(0)
-        self._retry_at = 0.0
-        return True
+            while True:
+                with self._lock:
+                    if not self.pending:
+                        break
+                    entry = self.pending[0]
+                what, call = entry
+                try:
+                    with _quick_http(self._retry_at > 0):
+                        call()
+                except Exception as error:  # noqa: BLE001 - decide below whether it is an outage
+                    if not self.keep_going:
+                        self._remove(entry)
+                        raise
+                    if _run_missing(error):  # every later call would be lost too: never train on silently
+                        raise RunLost(f"MLflow run {self.run_id} does not exist in {self.tracking_uri} "
+                                      f"({_one_line(error)}); stopping rather than training without tracking") from None
+                    if _refused(error):  # retrying cannot help: say what is lost, keep the rest going
+                        self._remove(entry)
+                        _warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
+                        continue
+                    self._retry_at = time.monotonic() + self.RETRY_AFTER_S
+                    _warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
+                          f"for run {self.run_id}, retried with a later one (first: {what})")
+                    return False
+                self._remove(entry)
+            self._retry_at = 0.0
+            return True
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the sender to empty the queue (one forced try now)."""
+        if self._sender is None:
+            return self.flush(force=True)
+        self._retry_at = 0.0  # try at once, not at the next minute
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._fatal is None:
+            with self._lock:
+                if not self.pending:
+                    return True
+            time.sleep(0.1)
+        return False
 
     def close(self) -> list[str]:
-        """A last try; returns (and warns about) what could not be logged."""
-        self.flush(force=True)
-        lost = [what for what, _ in self.pending]
+        """Let the sender finish (at most ``CLOSE_WAIT_S``), make a last try; returns (and warns
+        about) what could not be logged."""
+        if self._sender is not None:
+            self.drain(self.CLOSE_WAIT_S)
+            self._closing = True
+            self._wake.set()
+            self._sender.join(timeout=30)
+        if self._sender is None or not self._sender.is_alive():
+            try:
+                self.flush(force=True)
+            except RunLost as error:
+                _warn(str(error))
+        with self._lock:
+            lost = [what for what, _ in self.pending]
         if lost:
             _warn(f"MLflow stayed unreachable: not logged to run {self.run_id}: {', '.join(lost)}")
         return lost
 
     def _call(self, what: str, call: Callable[[], Any], replaces: bool = False) -> None:
-        if replaces:  # a newer version of the same artifact supersedes a queued one
-            self.pending = [(w, c) for w, c in self.pending if w != what]
-        self.pending.append((what, call))
-        self.flush()
+        began = time.monotonic()
+        if self._fatal is not None:
+            raise self._fatal
+        with self._lock:
+            if replaces:  # a newer version of the same artifact supersedes a queued one
+                self.pending = [(w, c) for w, c in self.pending if w != what]
+            self.pending.append((what, call))
+        if self._sender is None:
+            self.flush()
+        else:
+            self._wake.set()
+        self.waited_s += time.monotonic() - began
+
+    def _remove(self, entry) -> None:
+        with self._lock:
+            if entry in self.pending:  # a newer version may have replaced it while it was sent
+                self.pending.remove(entry)
+
+    def _send_loop(self) -> None:
+        """The sender thread: flush whenever something is queued, until close()."""
+        while not self._closing:
+            self._wake.wait(timeout=max(1.0, self._retry_at - time.monotonic()) if self._retry_at else None)
+            self._wake.clear()
+            if self._closing:
+                return
+            try:
+                self.flush()
+            except RunLost as error:
+                self._fatal = error
+                return
+            except Exception as error:  # noqa: BLE001 - never let the thread die silently
+                _warn(f"MLflow sender for run {self.run_id}: {_one_line(error)}")
 
 
 @contextlib.contextmanager

@@ -60,7 +60,10 @@ def client(tracking_uri: str):
 # A store only the driver's machine can reach — an sqlite file, or a server bound to
 # 127.0.0.1 as on the ray_cluster.yaml head — is written through one Ray actor pinned to the
 # driver's node.  Workers on other nodes (rank 0 of a trial, trial drivers) send it their calls;
-# one actor also serialises the writes that sqlite would otherwise refuse under contention.
+# For a local file store the one actor also serialises the writes that sqlite would otherwise
+# refuse under contention; for a server it runs RELAY_THREADS calls at once, so one trial's call
+# caught in MLflow's retries during an outage does not hold up every other trial's calls.
+RELAY_THREADS = 8
 
 
 def needs_relay(tracking_uri: str) -> bool:
@@ -84,8 +87,9 @@ def start_relay(tracking_uri: str):
     name = relay_name(tracking_uri)
     for attempt in range(5):
         try:
+            threads = RELAY_THREADS if tracking_uri.lower().startswith(("http://", "https://")) else 1
             handle = ray.remote(num_cpus=0)(MlflowRelay).options(
-                name=name, get_if_exists=True,
+                name=name, get_if_exists=True, max_concurrency=threads,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(tracking_uri)
         except ValueError:  # "Failed to look up actor": it was being torn down as we looked it up
             if attempt == 4:

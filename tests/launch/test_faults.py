@@ -134,7 +134,7 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
         wait_for(lambda: list((tmp_path / "runs" / "k1").glob("experiment_state-*.json")), 60, "Tune's experiment state")
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything in its process group
-        driver.wait()
+        driver.wait(timeout=60)
         log.close()
     assert driver.returncode == -signal.SIGKILL, (tmp_path / "driver.log").read_text()[-3000:]
     _, runs = runs_of(uri, "kill-driver")

@@ -25,5 +25,7 @@ def test_local_stores_are_made_absolute_against_the_drivers_cwd(tmp_path, monkey
 def test_rank_0_stops_when_its_run_is_not_in_the_store(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     runs.start_run(uri, "lost", "exists", {"a": "1"}, {}, "a: 1\n")  # the store exists, the run below does not
-    with pytest.raises(RunLost, match="does not exist"):
-        RunLogger(uri, "0" * 32)  # training would otherwise go on, logging nothing
+    logger = RunLogger(uri, "0" * 32)  # its first call (reopen the run) is refused
+    assert not logger.drain(30)
+    with pytest.raises(RunLost, match="does not exist"):  # training would otherwise go on, logging nothing
+        logger.metrics({"dev_bleu": 1.0}, step=1)

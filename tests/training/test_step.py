@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import ROOT
+from ddp_step import config_of
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.config import load_train_config
@@ -22,27 +23,47 @@ def tiny_config(**extra):
     return load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600}, "optim": {"warmup_steps": 5}, **extra})
 
 
-def test_two_ddp_workers_update_exactly_like_one(demo_dataset, tmp_path):
-    def launch(world):
-        init = tmp_path / f"init-{world}"
-        out = tmp_path / f"params-{world}.pt"
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        processes = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "ddp_step.py"), str(demo_dataset), str(out),
-                                       str(rank), str(world), str(init)], cwd=ROOT, env=env,
-                                      stderr=subprocess.PIPE, text=True) for rank in range(world)]
-        for process in processes:
-            _, stderr = process.communicate(timeout=300)
-            assert process.returncode == 0, stderr
-        return torch.load(out, weights_only=True)
+def launch(demo_dataset, tmp_path, world: int, *extra: str) -> list:
+    """``tests/ddp_step.py`` as ``world`` gloo processes; what each rank saved."""
+    tag = "-".join([str(world), *extra])
+    init, out = tmp_path / f"init-{tag}", tmp_path / f"out-{tag}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    processes = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "ddp_step.py"), str(demo_dataset), str(out),
+                                   str(rank), str(world), str(init), *extra], cwd=ROOT, env=env,
+                                  stderr=subprocess.PIPE, text=True) for rank in range(world)]
+    for process in processes:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr
+    return [torch.load(f"{out}.rank{rank}", weights_only=True) for rank in range(world)]
 
-    one, two = launch(1), launch(2)
+
+@pytest.mark.parametrize("model", ["dbsa", "tree2seq", "hier_tree_gru"])
+def test_two_ddp_workers_update_exactly_like_one(demo_dataset, tmp_path, model):
+    """Transformers and the tree encoders (batched tree recursions, gated GRU) alike."""
+    (one,), (two, two_rank1) = launch(demo_dataset, tmp_path, 1, model), launch(demo_dataset, tmp_path, 2, model)
     assert one.keys() == two.keys()
-    initial = build_training(load_train_config({"model": {**TINY, "dropout": 0.0, "p_enc": 1}}), 1000, 1000, Context())[0]
+    torch.manual_seed(1)
+    initial = build_training(config_of(model), 1000, 1000, Context())[0].state_dict()
     moved = 0
     for name, value in one.items():
         torch.testing.assert_close(two[name], value, atol=2e-6, rtol=1e-5)
-        moved += not torch.equal(value, initial.state_dict()[name])
+        torch.testing.assert_close(two_rank1[name], two[name], atol=0, rtol=0)  # DDP keeps the ranks identical
+        moved += not torch.equal(value, initial[name])
     assert moved > 10  # the updates really changed the parameters
+
+
+def test_gumbel_tree_ranks_stay_identical_under_ddp(demo_dataset, tmp_path):
+    """Gumbel noise is drawn per rank, so 2 workers cannot match 1 exactly; DDP must still keep
+    the two ranks' parameters identical (straight-through selections leave some unused)."""
+    rank0, rank1 = launch(demo_dataset, tmp_path, 2, "gumbel_tree")
+    for name, value in rank0.items():
+        torch.testing.assert_close(rank1[name], value, atol=0, rtol=0)
+
+
+def test_a_diverging_loss_stops_both_ranks_at_the_same_update(demo_dataset, tmp_path):
+    rank0, rank1 = launch(demo_dataset, tmp_path, 2, "dbsa", "diverge")
+    assert rank0["step"] is not None and rank0["step"] == rank1["step"]  # no rank left waiting in a collective
+    assert "loss became" in rank0["reason"] and rank0["reason"] == rank1["reason"]
 
 
 def test_nan_loss_fails_with_that_reason(demo_dataset):
