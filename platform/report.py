@@ -88,14 +88,18 @@ def _number(value: Any) -> float | None:
 
 
 def bootstrap(client, rows: list[dict[str, Any]], directory: Path) -> str:
-    """Paired bootstrap between the best run and the best transformer baseline on a shared test set."""
+    """Paired bootstrap between the best syntax-aware run and the best ``transformer`` baseline on
+    a shared test set: among finished runs with test hypotheses, best by dev BLEU (``rows``'
+    order; a failed run is never chosen, whatever it reached before failing)."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import PairedTest
 
-    best = next((r for r in rows if "test_bleu" in r), None)
-    baseline = next((r for r in rows if r["model"] == "transformer" and "test_bleu" in r), None)
-    if best is None or baseline is None or best is baseline:
-        return "paired bootstrap: needs test hypotheses (platform.evaluate --run) of the best run and of a transformer baseline"
+    evaluated = [r for r in rows if "test_bleu" in r and r["status"] == "finished"]
+    best = next((r for r in evaluated if r["model"] != "transformer"), None)
+    baseline = next((r for r in evaluated if r["model"] == "transformer"), None)
+    if best is None or baseline is None:
+        return ("paired bootstrap: needs test hypotheses (platform.evaluate --run) of a finished transformer baseline "
+                "and of a finished run of another model")
     files = {}
     for label, row in (("baseline", baseline), ("best", best)):
         tests = [a.path for a in client.list_artifacts(row["run_id"], "test")]

@@ -28,7 +28,7 @@ MODEL_SETTINGS = {
 }
 
 
-def config_of(model: str, diverge: bool):
+def config_of(model: str, diverge: bool = False):
     optim = {"lr": 1e30, "warmup_steps": 0, "clip_norm": 0.0} if diverge else {"warmup_steps": 2}
     return load_train_config({"model": {"name": model, **MODEL_SETTINGS[model]}, "optim": optim})
 
