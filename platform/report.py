@@ -88,7 +88,8 @@ def _number(value: Any) -> float | None:
 
 
 def bootstrap(client, rows: list[dict[str, Any]], directory: Path) -> str:
-    """Paired bootstrap between the best syntax-aware run and the best ``transformer`` baseline on
+    """Paired bootstrap between the best run of any model but ``transformer`` (a syntax-aware one,
+    or the RNN baseline ``seq2seq`` if it is best) and the best ``transformer`` baseline on
     a shared test set: among finished runs with test hypotheses, best by dev BLEU (``rows``'
     order; a failed run is never chosen, whatever it reached before failing)."""
     from sacrebleu.metrics import BLEU

@@ -75,17 +75,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(config_io.dump_yaml(config), end="")
         return 0
     tracking_uri = resolve_tracking_uri(args.tracking_uri)  # before any work: preparing the demo takes a minute
-    job = Job(dataset_dir=resolve_dataset(args.data), workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-              cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
-              tracking_uri=tracking_uri,
-              run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage_uri(args.storage_path),
-              max_failures=args.max_failures, started_at=started_at)
     named = {"train_name": args.name} if args.name else None  # a rerun with this --name continues its run
     done = runs.find_run(tracking_uri, args.experiment, named) if named else None
     if done and runs.status(tracking_uri, done) == "FINISHED":
         print(f"{args.name} has finished already (MLflow run {done} in experiment {args.experiment!r}); "
               f"nothing to do: another --name trains anew")
         return 0
+    job = Job(dataset_dir=resolve_dataset(args.data), workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+              cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
+              tracking_uri=tracking_uri,
+              run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage_uri(args.storage_path),
+              max_failures=args.max_failures, started_at=started_at)
     run_id = run(config, job, ray_address=args.address, tags={"recipe": recipe, **(named or {})}, reuse=named)
     print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")
     return 0

@@ -37,6 +37,7 @@ from platform.launch.sweep import (
     log_summary,
     max_concurrent_trials,
     no_trial_finished,
+    existing_sweep,
     parent_run,
     run_sweep,
     summarize,
@@ -114,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("--resume needs the --name of the sweep to continue")
     name = args.name or f"{Path(args.space).stem}-{uuid.uuid4().hex[:8]}"
     tracking_uri = resolve_tracking_uri(args.tracking_uri)  # before any work (no console.log, no demo corpus)
+    existing_sweep(tracking_uri, args.experiment, name, args.resume)  # a taken name: refused before Ray starts
     storage = storage_uri(args.storage_path)
     log_file = None if args.verbose else quiet_logging(console_log_path(storage, name))
     dataset_dir = resolve_dataset(args.data)

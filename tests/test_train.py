@@ -65,20 +65,21 @@ def test_train_cli_as_a_user_runs_it(demo_dataset, tmp_path):
     assert bad.returncode == 2 and "unknown config key 'optim.learning_rate'" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_relative_tracking_uris_keep_every_metric(ray_cluster, demo_dataset, tmp_path, monkeypatch):
-    """README's ``sqlite:///heldout.db`` form and ``MLFLOW_TRACKING_URI=file:mlruns`` name stores
-    relative to where the user runs the command; rank 0 and the relay run in Ray's copy of the
-    repository, where the same words would name other, empty stores."""
+def test_a_relative_sqlite_uri_keeps_every_metric(ray_cluster, demo_dataset, tmp_path, monkeypatch):
+    """README's ``sqlite:///heldout.db`` form names a store relative to where the user runs the
+    command; rank 0 and the relay run in Ray's copy of the repository, where the same words would
+    name another, empty store.  MLflow's deprecated file store is refused before any work."""
     monkeypatch.chdir(tmp_path)
     args = ["--model", "transformer", "--data", str(demo_dataset), "--smoke", "--storage-path", str(tmp_path / "runs"),
             "--max-failures", "0"]
     assert train.main([*args, "--experiment", "rel-sqlite", "--tracking-uri", "sqlite:///heldout.db"]) == 0
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "file:mlruns")
-    assert train.main([*args, "--experiment", "rel-file"]) == 0
-    for uri, experiment in ((f"sqlite:///{tmp_path}/heldout.db", "rel-sqlite"), ((tmp_path / "mlruns").as_uri(), "rel-file")):
-        client, found = runs_of(uri, experiment)
-        assert len(found) == 1 and found[0].info.status == "FINISHED"
-        assert [m.step for m in client.get_metric_history(found[0].info.run_id, "dev_bleu")] == [1, 2]
+    client, found = runs_of(f"sqlite:///{tmp_path}/heldout.db", "rel-sqlite")
+    assert len(found) == 1 and found[0].info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(found[0].info.run_id, "dev_bleu")] == [1, 2]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path}/mlruns")
+    refused = run_module("platform.train", *args, "--experiment", "rel-file")
+    assert refused.returncode != 0 and "file store is deprecated" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "mlruns").exists()
 
 
 def test_a_rerun_with_the_same_name_continues_its_run(ray_cluster, demo_dataset, tmp_path):

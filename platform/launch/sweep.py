@@ -367,14 +367,20 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
     return paths if local else []
 
 
-def parent_run(sweep: Sweep, resume: bool) -> str:
-    """The sweep's parent run: reopened on --resume (never a duplicate), else created.  A name
-    is one sweep per experiment: reusing it without --resume is refused, so every later lookup
-    (the parent on --resume, a trial's run under its parent) finds exactly one run."""
-    run_id = runs.find_run(sweep.tracking_uri, sweep.experiment, {"sweep_parent": sweep.name})
+def existing_sweep(tracking_uri: str, experiment: str, name: str, resume: bool) -> str | None:
+    """The parent run of the sweep ``name``, if there is one.  A name is one sweep per
+    experiment: reusing it without --resume is refused, so every later lookup (the parent on
+    --resume, a trial's run under its parent) finds exactly one run."""
+    run_id = runs.find_run(tracking_uri, experiment, {"sweep_parent": name})
     if run_id is not None and not resume:
-        raise UserError(f"a sweep named {sweep.name!r} exists in experiment {sweep.experiment!r} (MLflow run "
+        raise UserError(f"a sweep named {name!r} exists in experiment {experiment!r} (MLflow run "
                         f"{run_id}); add --resume to continue it, or choose another --name")
+    return run_id
+
+
+def parent_run(sweep: Sweep, resume: bool) -> str:
+    """The sweep's parent run: reopened on --resume (never a duplicate), else created."""
+    run_id = existing_sweep(sweep.tracking_uri, sweep.experiment, sweep.name, resume)
     if run_id is not None:
         store.client(sweep.tracking_uri).update_run(run_id, status="RUNNING")
         return run_id

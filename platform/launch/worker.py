@@ -76,6 +76,7 @@ class RayHooks:
             reason = self.logger.get_tag("diverged")
             if reason:  # Ray restarted a worker group that diverged: it would diverge again
                 self.logger.tag("retry_refused", "the run diverged; a restart would diverge again")
+                self.logger.close()  # sent before the worker ends (train_loop's finally never saw hooks)
                 raise Diverged(reason)
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
@@ -99,10 +100,7 @@ class RayHooks:
     def _relog_missing_epochs(self) -> None:
         """Epochs in the checkpoint whose metrics never reached MLflow (an outage before the
         failure) are logged now, so the run's curves have no gap."""
-        try:
-            logged = {int(m.step) for m in self.logger.client.get_metric_history(self.logger.run_id, "epoch")}
-        except Exception:  # noqa: BLE001 - unreachable: the buffered logger will catch up anyway
-            logged = set()
+        logged = self.logger.metric_steps("epoch") or set()  # unreachable: relog all, the logger queues them
         for metrics in self.history:
             if int(metrics["epoch"]) not in logged:
                 self.logger.metrics(metrics, step=int(metrics["epoch"]))
@@ -110,6 +108,7 @@ class RayHooks:
     def diverged(self, reason: str) -> None:
         if self.logger is not None:
             self.logger.tag("diverged", reason)
+            self.logger.drain(30)  # in the store before Ray restarts the group, which reads it
 
     def wrap(self, model):
         import ray.train.torch

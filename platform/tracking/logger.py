@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,18 +23,26 @@ class RunLogger:
     most once a minute, see ``flush``); a call the store refuses (4xx) is dropped with a warning,
     except that a run missing from the store raises ``RunLost`` on the next call (every later
     call would be lost too); ``close`` waits a bounded time, makes a last try and names what is
-    lost.  ``waited_s`` is how long callers were held up.  For a CLI (``keep_going=False``)
-    every call is sent at once and any failure raises."""
+    lost.  During an outage the sender first asks an HTTP server's ``/health`` (5 s) before it
+    sends again, so a store that is still down costs seconds, not MLflow's retries.  Reads
+    (``get_tag``, ``metric_steps``) wait at most ``READ_WAIT_S`` and count as unset when the
+    store does not answer.  ``waited_s`` is how long callers were held up, reads and ``close``
+    included.  For a CLI (``keep_going=False``) every call is sent at once and any failure raises."""
 
     RETRY_AFTER_S = 60.0  # during an outage, new calls queue up without an attempt for this long
-    CLOSE_WAIT_S = 150.0  # at the end, how long close() lets the sender finish (one call's MLflow retries: ~2 min)
+    READ_WAIT_S = 10.0  # how long a read may hold the caller
+    # at the end, how long close() lets the sender finish; MLflow's own retries of one call to a
+    # server that refuses connections take ~4 min (7 retries, back-off up to 2 min), so a call
+    # begun just as the server went down may still be lost: close() names it
+    CLOSE_WAIT_S = 150.0
 
     def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None):
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self.client = client(tracking_uri)
         self.pending: list[tuple[str, Callable[[], Any]]] = []
         self.waited_s = 0.0
-        self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none failed)
+        self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none pending)
+        self._outage = False  # the last attempt failed: probe before sending again
         self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
         self._lock = threading.Lock()  # guards pending
         self._sending = threading.Lock()  # one flush at a time
@@ -61,12 +67,35 @@ class RunLogger:
         self._call(f"tag {key}", lambda: self.client.set_tag(self.run_id, key, value))
 
     def get_tag(self, key: str) -> str | None:
-        """A tag of the run (None if unset or the store is unreachable)."""
-        try:
-            return self.client.get_run(self.run_id).data.tags.get(key)
-        except Exception as error:  # noqa: BLE001 - an outage: behave as if unset
-            _warn(f"could not read tag {key} of run {self.run_id} ({_one_line(error)})")
-            return None
+        """A tag of the run (None if unset, or if the store does not answer in ``READ_WAIT_S``)."""
+        run = self._read(f"tag {key}", lambda: self.client.get_run(self.run_id))
+        return None if run is None else run.data.tags.get(key)
+
+    def metric_steps(self, key: str) -> set[int] | None:
+        """The steps at which ``key`` was logged (None if the store does not answer in time)."""
+        history = self._read(f"metric {key}", lambda: self.client.get_metric_history(self.run_id, key))
+        return None if history is None else {int(m.step) for m in history}
+
+    def _read(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call()`` in a helper thread, waited for at most ``READ_WAIT_S`` (None after that, or
+        on an error): a read never holds training for MLflow's minutes of retries."""
+        began, box = time.monotonic(), {}
+
+        def read() -> None:
+            try:
+                box["value"] = call()
+            except Exception as error:  # noqa: BLE001 - reported below
+                box["error"] = error
+
+        reader = threading.Thread(target=read, name=f"mlflow-read-{self.run_id[:8]}", daemon=True)
+        reader.start()
+        reader.join(self.READ_WAIT_S if self.keep_going else None)
+        self.waited_s += time.monotonic() - began
+        if "value" in box:
+            return box["value"]
+        reason = _one_line(box["error"]) if "error" in box else f"no answer in {self.READ_WAIT_S:.0f} s"
+        _warn(f"could not read {what} of run {self.run_id} ({reason}); taken as unset")
+        return None
 
     def artifact(self, path: str | Path, directory: str | None = None) -> None:
         # a copy: the file may be rewritten (plots, best checkpoint) before a delayed upload
@@ -83,9 +112,13 @@ class RunLogger:
         """Send what is pending, in order, now; False if the store is still unreachable.
 
         After a failure the queue is retried at most every ``RETRY_AFTER_S`` (unless ``force``),
-        with MLflow's HTTP retries cut short in this process."""
+        and only once an HTTP server answers its health check again."""
         with self._sending:
             if not force and self.pending and time.monotonic() < self._retry_at:
+                return False
+            if self._outage and self.pending and (reason := self._down()):
+                self._retry_at = time.monotonic() + self.RETRY_AFTER_S
+                _warn(f"MLflow still unreachable ({reason}); {len(self.pending)} call(s) kept for run {self.run_id}")
                 return False
             while True:
                 with self._lock:
@@ -94,32 +127,39 @@ class RunLogger:
                     entry = self.pending[0]
                 what, call = entry
                 try:
-                    with _quick_http(self._retry_at > 0):
-                        call()
+                    call()
                 except Exception as error:  # noqa: BLE001 - decide below whether it is an outage
                     if not self.keep_going:
                         self._remove(entry)
                         raise
                     if _run_missing(error):  # every later call would be lost too: never train on silently
-                        raise RunLost(f"MLflow run {self.run_id} does not exist in {self.tracking_uri} "
+                        raise RunLost(f"MLflow run {self.run_id} is not an active run of {self.tracking_uri} "
                                       f"({_one_line(error)}); stopping rather than training without tracking") from None
                     if _refused(error):  # retrying cannot help: say what is lost, keep the rest going
                         self._remove(entry)
                         _warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
                         continue
-                    self._retry_at = time.monotonic() + self.RETRY_AFTER_S
+                    self._retry_at, self._outage = time.monotonic() + self.RETRY_AFTER_S, True
                     _warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
                           f"for run {self.run_id}, retried with a later one (first: {what})")
                     return False
                 self._remove(entry)
-            self._retry_at = 0.0
+            self._retry_at, self._outage = 0.0, False
             return True
+
+    def _down(self) -> str | None:
+        """Why the tracking server does not answer its health check now, asked from where the
+        calls go: this process, or the relay's node (None: it answers, or it is not a server)."""
+        from platform.tracking.store import server_down
+
+        down = getattr(self.client, "down", None)  # the relay's
+        return down() if down is not None else server_down(self.tracking_uri)
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the sender to empty the queue (one forced try now)."""
         if self._sender is None:
             return self.flush(force=True)
-        self._retry_at = 0.0  # try at once, not at the next minute
+        self._retry_at = 0.0  # try at once, not at the next minute (after the health check)
         self._wake.set()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self._fatal is None:
@@ -132,6 +172,7 @@ class RunLogger:
     def close(self) -> list[str]:
         """Let the sender finish (at most ``CLOSE_WAIT_S``), make a last try; returns (and warns
         about) what could not be logged."""
+        began = time.monotonic()
         if self._sender is not None:
             self.drain(self.CLOSE_WAIT_S)
             self._closing = True
@@ -146,6 +187,7 @@ class RunLogger:
             lost = [what for what, _ in self.pending]
         if lost:
             _warn(f"MLflow stayed unreachable: not logged to run {self.run_id}: {', '.join(lost)}")
+        self.waited_s += time.monotonic() - began
         return lost
 
     def _call(self, what: str, call: Callable[[], Any], replaces: bool = False) -> None:
@@ -183,32 +225,18 @@ class RunLogger:
                 _warn(f"MLflow sender for run {self.run_id}: {_one_line(error)}")
 
 
-@contextlib.contextmanager
-def _quick_http(enabled: bool):
-    """While catching up after an outage: one HTTP try with a short timeout, not MLflow's minutes."""
-    if not enabled:
-        yield
-        return
-    saved = {key: os.environ.get(key) for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"], os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "0", "10"
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 class RunLost(RuntimeError):
     """The run being logged to is not in the store (deleted, or another store than the driver's)."""
 
 
 def _run_missing(error: BaseException) -> bool:
+    """The run is gone from the store: never created there, or deleted (MLflow then refuses
+    every write with "must be in the 'active' state")."""
     from mlflow.exceptions import MlflowException
 
-    return isinstance(error, MlflowException) and error.error_code == "RESOURCE_DOES_NOT_EXIST"
+    if not isinstance(error, MlflowException):
+        return False
+    return error.error_code == "RESOURCE_DOES_NOT_EXIST" or "must be in the 'active' state" in str(error)
 
 
 def _refused(error: BaseException) -> bool:

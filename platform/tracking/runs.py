@@ -105,13 +105,22 @@ def find_run(tracking_uri: str, experiment: str, tags: dict[str, str]) -> str | 
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:
         return None
-    query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+    query = " and ".join(f"tags.`{key}` = {_quoted(value)}" for key, value in tags.items())
     runs = mlflow_client.search_runs([found.experiment_id], filter_string=query, max_results=2)
     if len(runs) > 1:
         ids = ", ".join(run.info.run_id for run in runs)
         raise UserError(f"several MLflow runs of experiment {experiment!r} carry {tags} ({ids}); "
                         f"delete the extra one or use another name")
     return runs[0].info.run_id if runs else None
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a string literal of MLflow's search syntax (which has no escapes)."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise UserError(f"the name {value!r} has both kinds of quotes; MLflow cannot search for it: choose another")
 
 
 def status(tracking_uri: str, run_id: str) -> str:

@@ -4,8 +4,10 @@ reach it.  Explicit run ids everywhere (``MlflowClient``), no global MLflow stat
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -30,19 +32,17 @@ def absolute_store(uri: str) -> str:
     """A local store with its path made absolute against the driver's cwd, once, here.
 
     Every other process that opens it (the relay actor, rank 0, a trial driver) runs in Ray's
-    copy of the repository, where ``sqlite:///mlflow.db`` or ``file:mlruns`` would name another,
-    empty store and every call would fail with "Run ... not found".  Remote stores pass
-    unchanged; so does the in-memory ``sqlite://``."""
+    copy of the repository, where ``sqlite:///mlflow.db`` would name another, empty store and
+    every call would fail with "Run ... not found".  Remote stores (``http(s)://``,
+    ``databricks``) pass unchanged; so does the in-memory ``sqlite://``.  MLflow's file store
+    (``file:…`` or a bare directory) is refused with a one-line error: MLflow 3 keeps it in
+    maintenance mode and refuses to open it unless ``MLFLOW_ALLOW_FILE_STORE`` is set."""
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///"):]
         return uri if path.startswith("/") else f"sqlite:///{Path(path).resolve()}"
-    if uri.startswith("file:"):
-        rest = uri[len("file:"):]
-        if rest.startswith("//"):  # file:///abs (or file://host/..., left to MLflow)
-            return uri
-        return Path(rest).resolve().as_uri()  # file:mlruns, file:./mlruns
-    if "://" not in uri:  # a bare path: MLflow's file store
-        return Path(uri).expanduser().resolve().as_uri()
+    if uri.startswith("file:") or ("://" not in uri and ("/" in uri or "." in uri or uri == "mlruns")):
+        raise UserError(f"tracking store {uri!r}: MLflow's file store is deprecated in MLflow 3 and not "
+                        f"supported here; use sqlite:///mlflow.db (a local file) or a server's http:// URI")
     return uri
 
 
@@ -132,14 +132,31 @@ class MlflowRelay:
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # not "Creating initial MLflow database tables"
         self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.tracking_uri = tracking_uri
+        self._guard, self._run_locks = threading.Lock(), {}
 
     def call(self, method: str, *args, **kwargs):
-        return getattr(self.client, method)(*args, **kwargs)
+        """One MlflowClient call; calls about one run (its id first) run one at a time, in the
+        order they came, so a reopen stuck in MLflow's retries cannot land after the end_run
+        that followed it.  Other runs' calls go on in the actor's other threads."""
+        with self._run_lock(kwargs.get("run_id") or (args[0] if args and isinstance(args[0], str) else None)):
+            return getattr(self.client, method)(*args, **kwargs)
+
+    def down(self) -> str | None:
+        """``server_down``, asked from the driver's node."""
+        return server_down(self.tracking_uri)
+
+    def _run_lock(self, run_id: str | None):
+        if run_id is None:
+            return contextlib.nullcontext()
+        with self._guard:
+            return self._run_locks.setdefault(run_id, threading.Lock())
 
     def log_artifact_bytes(self, run_id: str, name: str, data: bytes, directory: str | None) -> None:
         from platform.tracking.artifacts import upload_bytes
 
-        upload_bytes(self.client, run_id, name, data, directory)
+        with self._run_lock(run_id):
+            upload_bytes(self.client, run_id, name, data, directory)
 
 
 class RelayClient:
@@ -153,6 +170,11 @@ class RelayClient:
 
         data = Path(local_path).read_bytes()
         ray.get(self.actor.log_artifact_bytes.remote(run_id, Path(local_path).name, data, artifact_path))
+
+    def down(self) -> str | None:
+        import ray
+
+        return ray.get(self.actor.down.remote())
 
     def __getattr__(self, method: str):
         import ray
@@ -178,11 +200,18 @@ def _unreachable(url: str, timeout: float) -> str | None:
         return str(reason)
 
 
+def server_down(tracking_uri: str, timeout: float = 5.0) -> str | None:
+    """Why an HTTP tracking server does not answer its health check (None: it does, or the store
+    is not a server)."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None
+    return _unreachable(tracking_uri.rstrip("/") + "/health", timeout)
+
+
 def check_reachable(tracking_uri: str, timeout: float = 5.0) -> None:
     """Fail fast with one line when the store cannot be used, before any training starts."""
     if tracking_uri.startswith(("http://", "https://")):
-        reason = _unreachable(tracking_uri.rstrip("/") + "/health", timeout)
-        if reason is not None:
+        if (reason := server_down(tracking_uri, timeout)) is not None:
             raise UserError(f"cannot reach the MLflow tracking server at {tracking_uri} ({reason}); start it "
                             f"(mlflow server --host 127.0.0.1 ...) or pass another --tracking-uri")
     elif tracking_uri.startswith("sqlite:///"):

@@ -29,7 +29,7 @@ def test_every_space_loads_and_a_sampled_config_builds_a_model(name):
 def test_dbsa_first_point_is_the_paper_scaled_to_the_layer_count():
     six = load_space("dbsa", base_config("dbsa", "sweep", ["model.num_encoder_layers=6", "model.num_decoder_layers=6"], None))
     assert six.first_points()[0]["p_enc"] == 4 and six.first_points()[0]["lambda_enc"] == 1.0
-    three = load_space("dbsa", base_config("dbsa", "cpu", [], None))
+    three = load_space("dbsa", base_config("dbsa", "cpu", ["model.num_encoder_layers=3", "model.num_decoder_layers=3"], None))
     assert three.first_points()[0]["p_enc"] == 2
     assert three.bounds("p_enc") == (1, 3)
 

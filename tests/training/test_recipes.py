@@ -68,7 +68,7 @@ def test_train_cli_runs_a_recipe_without_a_model_flag():
     printed = subprocess.run([sys.executable, "-m", "platform.train", "--recipe", "deguchi2019/enc", "--print-config"],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0, printed.stderr
-    assert "name: dbsa" in printed.stdout and "p_dec: null" in printed.stdout and "p_enc: 2" in printed.stdout
+    assert "name: dbsa" in printed.stdout and "p_dec: null" in printed.stdout and "p_enc: 1" in printed.stdout  # the paper's 4 of 6, scaled to the cpu preset's 2 layers
     refused = subprocess.run([sys.executable, "-m", "platform.train", "--print-config"], cwd=ROOT, capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode != 0 and "--model NAME or --recipe NAME" in refused.stderr
