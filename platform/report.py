@@ -3,7 +3,8 @@
 Writes ``report.md`` and ``report.csv`` (one row per training run: model, sweep, the papers'
 knobs, best dev BLEU/chrF/UAS, test scores where ``platform.evaluate --run`` logged them,
 parameters, tokens/s) and PNG plots: dev BLEU against each knob, dev BLEU curves of the top
-runs, and a parallel-coordinates view of knobs and BLEU.  Where both the best run and the best
+runs, and a parallel-coordinates view of knobs and BLEU; mean ± std over seeds where a setting
+was trained with several.  Where both the best run and the best
 ``transformer`` baseline have test hypotheses of the same test set, a paired bootstrap test
 (sacrebleu, 1000 resamples) says whether the difference is significant.  Everything is also
 logged to the experiment's latest sweep parent run (if there is one).
@@ -41,6 +42,7 @@ def collect(client, experiment_id: str) -> tuple[list[dict[str, Any]], dict[str,
                                "recipe": tags.get("recipe", ""), "sweep": tags.get("sweep", ""),
                                "status": run.info.status.lower()}
         row.update({knob: params[knob] for knob in KNOBS if knob in params})
+        row["seed"] = params.get("seed", "")
         for key in shown("best"):
             values = [m.value for m in client.get_metric_history(run.info.run_id, key)]
             if values:
@@ -50,6 +52,37 @@ def collect(client, experiment_id: str) -> tuple[list[dict[str, Any]], dict[str,
         curves[row["run_id"]] = history
     rows.sort(key=lambda r: -r.get("dev_bleu", -1.0))
     return rows, curves
+
+
+SEED_METRICS = ("dev_bleu", "dev_chrf", "test_bleu", "test_chrf")
+
+
+def over_seeds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean ± standard deviation (n - 1) over the seeds of each setting run with several:
+    finished runs with the same model, recipe, sweep and knobs, best mean dev BLEU first."""
+    import statistics
+
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] == "finished":
+            key = tuple(row.get(k, "") for k in ("model", "recipe", "sweep", *KNOBS))
+            groups.setdefault(key, []).append(row)
+    table = []
+    for members in groups.values():
+        if len({r["seed"] for r in members}) < 2:
+            continue
+        first = members[0]
+        entry = {"model": first["model"], "recipe": first["recipe"], "sweep": first["sweep"],
+                 **{k: first[k] for k in KNOBS if k in first},
+                 "seeds": " ".join(sorted((str(r["seed"]) for r in members), key=lambda v: (len(v), v)))}
+        for metric in SEED_METRICS:
+            values = [r[metric] for r in members if metric in r]
+            if len(values) == len(members):
+                entry[f"{metric}_mean"] = statistics.fmean(values)
+                entry[metric] = f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
+        table.append(entry)
+    table.sort(key=lambda e: -e.get("dev_bleu_mean", -1.0))
+    return [{k: v for k, v in e.items() if not k.endswith("_mean")} for e in table]
 
 
 def parallel_coordinates(rows: list[dict[str, Any]], path: Path) -> Path | None:
@@ -111,11 +144,23 @@ def bootstrap(client, rows: list[dict[str, Any]], directory: Path) -> str:
     if files["best"]["ref"] != files["baseline"]["ref"]:
         return "paired bootstrap: the two runs were evaluated on different test sets"
     test = PairedTest([("baseline", files["baseline"]["hyp"]), ("best", files["best"]["hyp"])],
-                      metrics={"BLEU": BLEU()}, references=[files["best"]["ref"]], test_type="bs", n_samples=1000)
+                      metrics={"BLEU": BLEU(tokenize=_logged_tokenizer(client, best["run_id"]), force=True)}, references=[files["best"]["ref"]], test_type="bs", n_samples=1000)
     _, scores = test()
     base_score, best_score = scores["BLEU"]
     return (f"paired bootstrap (sacrebleu, 1000 resamples): baseline {baseline['run']} BLEU {base_score.score:.2f} "
             f"vs best {best['run']} BLEU {best_score.score:.2f} ± {best_score.ci:.2f}, p = {best_score.p_value:.4f}")
+
+
+def _logged_tokenizer(client, run_id: str) -> str:
+    """The sacrebleu tokenizer the run's own BLEU used (``tok:`` of its ``sacrebleu_signature``:
+    ``ja-mecab`` for Japanese, ``zh`` for Chinese, ``13a`` otherwise), so the tested BLEU is the
+    logged one."""
+    import re
+
+    tags = client.get_run(run_id).data.tags
+    signature = tags.get("test_sacrebleu_signature") or tags.get("sacrebleu_signature", "")
+    found = re.search(r"tok:([^|]+)", signature)
+    return found.group(1) if found else "13a"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -144,8 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     images += [coordinates] if coordinates else []
     with tempfile.TemporaryDirectory() as scratch:
         significance = bootstrap(client, rows, Path(scratch))
+    seeds = over_seeds(rows)
+    seeds_text = (f"## Over seeds\n\nMean ± standard deviation over the seeds of each setting trained with several "
+                  f"(finished runs only).\n\n{format_table(seeds)}\n\n" if seeds else "")
     text = (f"# Experiment {args.experiment}\n\n{len(rows)} training runs, best first.\n\n{format_table(rows)}\n\n"
-            f"{significance}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
+            f"{seeds_text}{significance}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "report.csv").write_text(to_csv(rows), encoding="utf-8")
     parent = _latest_sweep_parent(client, experiment.experiment_id)

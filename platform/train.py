@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per worker (0 = CPU with gloo)")
     parser.add_argument("--cpus-per-worker", type=float, default=0.0,
                         help="CPUs per worker, also its torch threads (default: this machine's cores / workers)")
-    parser.add_argument("--max-epochs", type=int, help="number of epochs (default 10; smoke 2)")
+    parser.add_argument("--max-epochs", type=int, help="number of epochs (default: the size preset's, 3 for cpu; smoke 2)")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and a few steps, for a quick check")
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment name (default syntax-nmt)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")

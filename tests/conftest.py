@@ -85,8 +85,9 @@ def ray_cluster():
     their PYTHONPATH), exactly as the Train and Tune drivers do."""
     import ray
 
-    ray.init(num_cpus=4, log_to_driver=False,
-             runtime_env={"working_dir": str(ROOT), "excludes": [".git", "/data", "/runs", "/mlruns", "*.db", ".venv", "venv"]})
+    from platform.launch.cluster import start_ray
+
+    start_ray(None, num_cpus=4, log_to_driver=False)  # exactly as the CLIs start a local one
     yield ray
     ray.shutdown()
 

@@ -493,4 +493,7 @@ def test_local_services_listen_on_127_0_0_1_only():
     # a custom group would have to be checked by hand, so there must be none
     provider = cluster["provider"]
     assert provider["type"] == "aws" and "security_group" not in provider
+    # Ray's token authentication is left as Ray sets it: nothing outside the tests turns it off
+    setters = [path for path in (ROOT / "platform").rglob("*.py") if "RAY_AUTH_MODE" in path.read_text()]
+    assert not setters and "RAY_AUTH_MODE" not in (ROOT / "ray_cluster.yaml").read_text()
     assert "SecurityGroupIds" not in str(cluster["available_node_types"])

@@ -64,5 +64,12 @@ def test_the_bootstrap_compares_the_best_finished_syntax_run_with_the_best_basel
     assert abs(float(found.group(2)) - test_bleu[tied[found.group(1)]]) < 0.01  # the logged test BLEU, same hypotheses
     assert abs(float(found.group(4)) - test_bleu[syntax]) < 0.01
     assert 0.0 <= float(found.group(5)) <= 1.0
+    import statistics  # the two baseline seeds as one setting: mean ± std of the best dev BLEU and the test BLEU
+
+    seeds = text.split("## Over seeds", 1)[1].split("paired bootstrap", 1)[0]
+    line = next(line for line in seeds.splitlines() if line.startswith("| transformer"))
+    assert "| 1 2 |" in line and "dbsa" not in seeds  # one seed of dbsa: no row
+    for values in (list(dev_bleu.values()), [test_bleu[run_id] for run_id in baselines]):
+        assert f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}" in line
     rows = (tmp_path / "out" / "report.csv").read_text().splitlines()
     assert len(rows) == 5 and sum(",failed," in row for row in rows) == 1  # the failed run is listed, not chosen

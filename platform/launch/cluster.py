@@ -4,6 +4,7 @@ working_dir, a local cluster's dashboard on 127.0.0.1 only, and where Ray keeps 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,15 +21,38 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
-    ray.init(**ray_init_kwargs(address, num_cpus), log_to_driver=log_to_driver, logging_level="WARNING")
+    with _on_loopback(address is None):
+        ray.init(**ray_init_kwargs(address, num_cpus), log_to_driver=log_to_driver, logging_level="WARNING")
+
+
+@contextmanager
+def _on_loopback(local: bool):
+    """While a local cluster starts, Ray takes it for a single-machine one, as it does on macOS
+    and Windows: otherwise it replaces the node address 127.0.0.1 by the machine's network
+    address (``resolve_ip_for_localhost``), and the GCS, raylet, workers and agents bind there
+    (or to every interface).  Restored at once, so that joining a cluster later works as usual;
+    the flag is read in this process only (the environment variable of the same meaning would
+    reach ``ray start`` in child processes and stop worker nodes joining)."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = saved and not local
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def ray_init_kwargs(address: str | None, num_cpus: int | None = None) -> dict:
-    """How the CLIs start or join Ray: the repository as working_dir; a local cluster's
-    dashboard listens on 127.0.0.1 only (reach it through ``ssh -L 8265:127.0.0.1:8265``)."""
+    """How the CLIs start or join Ray: the repository as working_dir.  A local cluster (started
+    by ``start_ray``) lives on loopback: its node address is 127.0.0.1, so Ray's GCS, raylet,
+    workers and agents listen there only (Ray binds its servers to the node address), as does
+    the dashboard (reach it through ``ssh -L 8265:127.0.0.1:8265``); nothing is exposed on a
+    laptop or a shared box."""
     kwargs = {"address": address, "runtime_env": {"working_dir": str(ROOT), "excludes": RUNTIME_EXCLUDES}}
     if address is None:
         kwargs["dashboard_host"] = "127.0.0.1"
+        kwargs["_node_ip_address"] = "127.0.0.1"
         if num_cpus is not None:
             kwargs["num_cpus"] = num_cpus
     return kwargs

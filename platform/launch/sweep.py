@@ -46,6 +46,7 @@ def make_searcher(space: Space, seed: int, max_iterations: int):
         def __init__(self, *args, max_iterations: int, **kwargs):
             super().__init__(*args, **kwargs)
             self.max_iterations = max_iterations
+            _check_internals(self)
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
             from optuna.trial import TrialState
@@ -59,6 +60,18 @@ def make_searcher(space: Space, seed: int, max_iterations: int):
 
     return PruneAwareOptunaSearch(space=space.define_by_run, metric=space.spec.metric, mode=space.spec.mode,
                                   points_to_evaluate=space.first_points(), seed=seed, max_iterations=max_iterations)
+
+
+def _check_internals(searcher) -> None:
+    """``PruneAwareOptunaSearch`` tells Optuna about pruned trials through OptunaSearch's private
+    ``_ot_study``, ``_ot_trials`` and ``_completed_trials``; a Ray that renamed them is an error
+    naming the version here, not a wrong study later."""
+    import ray
+
+    missing = [name for name in ("_ot_study", "_ot_trials", "_completed_trials") if not hasattr(searcher, name)]
+    if missing:
+        raise RuntimeError(f"Ray {ray.__version__}'s OptunaSearch has no {', '.join(missing)}: the sweep's "
+                           f"searcher needs a Ray within pyproject.toml's tested range")
 
 
 # ----------------------------------------------------------------------------- the trial

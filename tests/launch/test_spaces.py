@@ -107,3 +107,20 @@ def test_dry_run_and_unknown_space_on_the_command_line():
     assert "sampled: {" in result.stdout and "name: hier_tree_gru" in result.stdout
     bad = run_module("platform.tune", "--space", "nope")
     assert bad.returncode == 2 and "unknown search space 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_ray_whose_optuna_searcher_changed_is_named_at_start(monkeypatch):
+    """The internals PruneAwareOptunaSearch relies on, checked loudly (as a newer Ray would fail)."""
+    from ray.tune.search.optuna import OptunaSearch
+
+    space = load_space("gumbel", base_config("gumbel", "sweep", [], None))
+    make_searcher(space, seed=0, max_iterations=4)  # this Ray: fine
+    original = OptunaSearch.__init__
+
+    def renamed(self, *args, **kwargs):  # a Ray that renamed _ot_trials
+        original(self, *args, **kwargs)
+        del self._ot_trials
+
+    monkeypatch.setattr(OptunaSearch, "__init__", renamed)
+    with pytest.raises(RuntimeError, match=r"OptunaSearch has no _ot_trials: .* tested range"):
+        make_searcher(space, seed=0, max_iterations=4)

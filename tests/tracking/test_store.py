@@ -43,3 +43,38 @@ def test_rank_0_stops_when_its_run_is_deleted(tmp_path):
     assert not logger.drain(30)
     with pytest.raises(RunLost, match="is not an active run"):
         logger.metrics({"dev_bleu": 3.0}, step=3)
+
+
+def test_experiments_open_on_their_runs_in_mlflows_ui(tmp_path):
+    """MLflow 3's UI reads ``mlflow.experimentKind``; without it an experiment opens on an empty
+    GenAI overview.  New experiments get it, old ones on their next run; runs show their commit."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    mlflow_client = MlflowClient(uri)
+    old = mlflow_client.create_experiment("made-before")
+    run_id = runs.start_run(uri, "made-before", "r", {"git_commit": "abc123"}, {}, "a: 1\n")
+    runs.start_run(uri, "new", "r", {"git_commit": "unknown"}, {}, "a: 1\n")
+    for name in ("made-before", "new"):
+        assert mlflow_client.get_experiment_by_name(name).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert mlflow_client.get_experiment(old).experiment_id == old
+    assert mlflow_client.get_run(run_id).data.tags["mlflow.source.git.commit"] == "abc123"
+
+
+def test_a_read_from_a_hung_server_holds_training_ten_seconds_at_most():
+    """A server that accepts connections and never answers (MLflow would wait minutes per try)."""
+    import socket
+    import time
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    try:
+        logger = RunLogger(f"http://127.0.0.1:{hung.getsockname()[1]}", "0" * 32, reopen=False, keep_going=True)
+        began = time.monotonic()
+        assert logger.get_tag("diverged") is None  # taken as unset
+        assert time.monotonic() - began < RunLogger.READ_WAIT_S + 3
+        assert logger.waited_s >= RunLogger.READ_WAIT_S - 0.5  # and counted in tracking_wait_s
+        assert logger.close() == []
+    finally:
+        hung.close()

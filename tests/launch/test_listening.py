@@ -1,0 +1,54 @@
+"""A local cluster exposes nothing: every socket Ray listens on is on loopback (a real listing)."""
+
+import os
+import subprocess
+
+from platform.tracking.store import start_relay
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below ``root`` (from /proc: Ray's GCS, raylet and agents are children of
+    the process that started the cluster, its workers children of the raylet)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:  # ended meanwhile
+                continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def listening(pids: set[int]) -> list[tuple[str, str]]:
+    """(local address, process) of every listening TCP socket owned by one of ``pids``, from ``ss``."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        owners = {int(part.split("=")[1]) for part in line.replace(",", " ").replace(")", " ").split()
+                  if part.startswith("pid=")}
+        if owners & pids:
+            found.append((fields[3], line.split("users:")[-1]))
+    return found
+
+
+def test_a_local_cluster_listens_on_loopback_only(ray_cluster, tmp_path):
+    ray = ray_cluster
+    start_relay(f"sqlite:///{tmp_path}/mlflow.db")  # an actor, as every training starts one
+
+    @ray.remote
+    def where() -> int:
+        return os.getpid()
+
+    assert ray.get([where.remote() for _ in range(4)])  # task workers up too
+    ray_processes = descendants(os.getpid())
+    sockets = listening(ray_processes)
+    assert len(sockets) >= 5, sockets  # the GCS, the raylet, its agents, the dashboard, the workers
+    exposed = [(address, owner) for address, owner in sockets
+               if not address.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:"))]
+    assert not exposed, f"listening beyond loopback: {exposed}"
