@@ -142,13 +142,39 @@ def pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
 
 @dataclass(frozen=True, kw_only=True)
 class BatchingConfig:
-    max_tokens: int = 4096  # per rank and step: sentences × (longest + 1)
+    """How examples become updates.
+
+    By default an update is one batch of at most ``max_tokens`` per rank, accumulated over
+    ``update_freq`` batches (fairseq's ``--update-freq``): it sees up to
+    ``max_tokens × update_freq × workers`` tokens, so the batch grows with the workers.  With
+    ``global_tokens`` an update sees at most that many tokens whatever the workers: the platform
+    picks the accumulation (the fewest batches of at most ``max_tokens`` per rank, which is then
+    a memory cap) and the per-rank budget (``per_rank``), so runs on 1, 2 or 8 workers train
+    with the same batch and are comparable."""
+
+    max_tokens: int = 4096  # per rank and batch: sentences × (longest + 1)
+    update_freq: int = 1  # batches accumulated per update (with global_tokens: chosen, leave 1)
+    global_tokens: int | None = None  # tokens per update over all ranks, independent of the workers
     shuffle: bool = True
     seed: int = 1
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+        if self.update_freq < 1:
+            raise ValueError(f"update_freq must be ≥ 1, got {self.update_freq}")
+        if self.global_tokens is not None:
+            if self.global_tokens < 1:
+                raise ValueError(f"global_tokens must be positive, got {self.global_tokens}")
+            if self.update_freq != 1:
+                raise ValueError("set global_tokens or update_freq, not both (global_tokens chooses update_freq)")
+
+    def per_rank(self, world_size: int) -> tuple[int, int]:
+        """(tokens per rank and batch, batches accumulated per update) on ``world_size`` ranks."""
+        if self.global_tokens is None:
+            return self.max_tokens, self.update_freq
+        update_freq = max(1, -(-self.global_tokens // (world_size * self.max_tokens)))  # ceil
+        return max(1, self.global_tokens // (world_size * update_freq)), update_freq
 
 
 class ShardedBatches:
@@ -161,6 +187,7 @@ class ShardedBatches:
             raise ValueError(f"{examples.name}: {len(examples)} examples cannot feed {world_size} ranks")
         self.examples, self.config = examples, config
         self.rank, self.world_size = rank, world_size
+        self.max_tokens, self.update_freq = config.per_rank(world_size)
         self.lengths = np.maximum(examples.src_lengths, examples.tgt_lengths)
         self.epoch, self.next_batch = 0, 0
 
@@ -170,16 +197,28 @@ class ShardedBatches:
         rng = np.random.default_rng([self.config.seed, epoch])
         order = rng.permutation(len(self.lengths)) if self.config.shuffle else np.arange(len(self.lengths))
         order = order[np.argsort(self.lengths[order], kind="stable")]
-        batches = _pack(order, self.lengths, self.config.max_tokens)
+        batches = _pack(order, self.lengths, self.max_tokens)
         if self.config.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
-        return _split_until_divisible(batches, self.world_size)
+        return _split_until_divisible(batches, self.world_size * self.update_freq)
+
+    def updates(self) -> Iterator[list[Batch]]:
+        """The rest of the current epoch as updates: ``update_freq`` consecutive batches of this
+        rank each.  Update u covers the plan's batches ``u·W·F .. (u+1)·W·F − 1`` over all ranks,
+        so 1 rank × F batches and F ranks × 1 batch see the same examples per update."""
+        pending: list[Batch] = []
+        for batch in self:
+            pending.append(batch)
+            if len(pending) == self.update_freq:
+                yield pending
+                pending = []
 
     def batches(self, epoch: int) -> list[np.ndarray]:
         return self.plan(epoch)[self.rank :: self.world_size]
 
     def __len__(self) -> int:
-        """Steps per epoch for the current epoch (the same on every rank)."""
+        """This rank's batches in the current epoch (the same on every rank; updates are
+        ``len // update_freq``)."""
         return len(self.batches(self.epoch))
 
     # --- iteration with a position
@@ -198,12 +237,15 @@ class ShardedBatches:
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "next_batch": self.next_batch, "seed": self.config.seed,
-                "world_size": self.world_size, "num_examples": len(self.lengths)}
+                "world_size": self.world_size, "num_examples": len(self.lengths),
+                "max_tokens": self.max_tokens, "update_freq": self.update_freq}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths)}
+        expected = {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths),
+                    "max_tokens": self.max_tokens, "update_freq": self.update_freq}
+        older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq}  # checkpoints before accumulation
         for key, value in expected.items():
-            if state.get(key) != value:
+            if state.get(key, older.get(key)) != value:
                 raise ValueError(f"cannot restore batch position: saved {key}={state.get(key)!r}, now {value!r}")
         self.epoch, self.next_batch = int(state["epoch"]), int(state["next_batch"])
 

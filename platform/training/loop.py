@@ -136,17 +136,18 @@ def _train_epoch(model, optimizer, scheduler, sampler, config, ctx, epoch, progr
     meter = Throughput()
     loss_sum, steps = 0.0, 0
     began, timing = time.perf_counter(), {}
-    for index, batch in enumerate(sampler):
+    for index, batches in enumerate(sampler.updates()):
         if config.max_steps_per_epoch is not None and index >= config.max_steps_per_epoch:
             break
         if index == 0:
             timing["first_step_at"] = time.time()
-        result = train_step(model, optimizer, scheduler, batch, config, ctx)
+        result = train_step(model, optimizer, scheduler, batches, config, ctx)
         loss_sum += result.loss
         steps += 1
         progress["step"] += 1
         meter.add(result.num_tokens)
     return {"epoch": epoch + 1, "train_loss": loss_sum / max(steps, 1), "tokens_per_s": meter.per_second,
+            "tokens_per_update": meter.tokens / max(steps, 1), "update_freq": sampler.update_freq,
             "lr": scheduler.get_last_lr()[0], "step": progress["step"], "steps_s": time.perf_counter() - began, **timing}
 
 

@@ -76,6 +76,15 @@ def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothin
     return LossSums(token_loss, token_nll, (targets != PAD_ID).sum(), enc_loss, enc_count, dec_loss, dec_count)
 
 
+def loss_counts(batch: Batch, model_config=None) -> Tensor:
+    """[3] float: target tokens (incl. EOS), supervised encoder and decoder parse positions of
+    ``batch`` — the counts ``loss_sums`` finds, known before the forward pass, so an update that
+    accumulates several batches normalises each by the whole update's counts."""
+    enc_targets, dec_targets = parse_targets(batch, model_config)
+    return torch.stack([torch.as_tensor(batch.num_tokens, device=enc_targets.device),
+                        (enc_targets != IGNORE_INDEX).sum(), (dec_targets != IGNORE_INDEX).sum()]).float()
+
+
 def _parse_loss(logprobs: Tensor | None, targets: Tensor, zero: Tensor) -> tuple[Tensor, Tensor]:
     """Eq. 17: −Σ log A_parse[i, head(i)] over supervised positions."""
     if logprobs is None:

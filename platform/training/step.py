@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from torch import nn
 
 from models import build_model
 from platform.training.context import Context, seed_everything
-from platform.training.loss import combine, loss_sums, teacher_forcing, to_source
+from platform.training.loss import combine, loss_counts, loss_sums, teacher_forcing, to_source
 
 if TYPE_CHECKING:
     from platform.data.batching import Batch
@@ -71,7 +72,7 @@ def build_training(config: TrainConfig, src_vocab: int, tgt_vocab: int, ctx: Con
 @dataclass
 class StepResult:
     loss: float  # combined loss per target token (this rank's estimate)
-    num_tokens: int  # global target tokens of the step
+    num_tokens: int  # global target tokens of the update
     grad_norm: float
 
 
@@ -79,29 +80,51 @@ class Diverged(FloatingPointError):
     """The loss became NaN/inf: training stops for good (a restart would diverge again)."""
 
 
-def train_step(model: nn.Module, optimizer, scheduler, batch: Batch, config: TrainConfig, ctx: Context) -> StepResult:
-    """One optimizer update on ``batch`` (this rank's share of the global batch)."""
+def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence[Batch], config: TrainConfig,
+               ctx: Context) -> StepResult:
+    """One optimizer update on ``batches``: this rank's share of the update, one batch or several
+    accumulated (``BatchingConfig.update_freq``).
+
+    Every loss term is divided by its count over the whole update (all ranks, all batches;
+    ``loss.combine``), so the gradient does not depend on how the update is split into ranks and
+    batches.  DDP synchronises only on the last batch's backward."""
     model.train()
-    batch = batch.to(ctx.device)
-    tgt_in, tgt_out = teacher_forcing(batch)
-    with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
-        output = model(to_source(batch), tgt_in)
-    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
-    # one all-reduce carries the global counts and how many ranks saw a non-finite loss, so
-    # every rank stops at the same step (a rank raising alone would leave the others in DDP)
-    weights = getattr(config.model, "lambda_enc", 0.0), getattr(config.model, "lambda_dec", 0.0)
-    reduced = ctx.all_reduce(torch.cat([sums.counts(), sums.nonfinite(*weights).reshape(1)]))
-    global_counts, bad_ranks = reduced[:3], int(reduced[3])
-    loss = combine(sums, global_counts, config.model, ctx.world_size)
-    if bad_ranks or not torch.isfinite(loss):
-        raise Diverged(f"loss became {float(loss.detach())} on {max(bad_ranks, 1)} of {ctx.world_size} rank(s)")
+    batches = [batch.to(ctx.device) for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
+    global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches).to(ctx.device))
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    total, nonfinite = 0.0, torch.zeros((), device=ctx.device)
+    for index, batch in enumerate(batches):
+        with _sync_gradients(model, index == len(batches) - 1):
+            loss, bad = _batch_loss(model, batch, global_counts, config, ctx)
+            loss.backward()
+        total, nonfinite = total + float(loss.detach()), torch.maximum(nonfinite, bad)
+    # every rank learns how many saw a non-finite loss, so all stop at the same update (a rank
+    # raising alone would leave the others waiting in DDP's next collective)
+    bad_ranks = int(ctx.all_reduce(nonfinite.reshape(1))[0])
+    if bad_ranks or not math.isfinite(total):
+        raise Diverged(f"loss became {total} on {max(bad_ranks, 1)} of {ctx.world_size} rank(s)")
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip_norm or float("inf"))
     optimizer.step()
     scheduler.step()
     # this rank's loss × world size / global count: the global mean when the ranks' shares are even
-    return StepResult(loss=float(loss.detach()), num_tokens=int(global_counts[0]), grad_norm=float(norm))
+    return StepResult(loss=total, num_tokens=int(global_counts[0]), grad_norm=float(norm))
+
+
+def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, config: TrainConfig,
+                ctx: Context) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deguchi et al. eq. 18 for one batch, normalised by the update's global counts; and 1.0
+    if a term of it is NaN/inf (else 0.0)."""
+    tgt_in, tgt_out = teacher_forcing(batch)
+    with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
+        output = model(to_source(batch), tgt_in)
+    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
+    weights = getattr(config.model, "lambda_enc", 0.0), getattr(config.model, "lambda_dec", 0.0)
+    return combine(sums, global_counts, config.model, ctx.world_size), sums.nonfinite(*weights)
+
+
+def _sync_gradients(model: nn.Module, sync: bool):
+    """DDP's ``no_sync`` for every batch of an update but the last (nothing outside DDP)."""
+    return nullcontext() if sync or not hasattr(model, "no_sync") else model.no_sync()
 
 
 class Throughput:

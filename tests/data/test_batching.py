@@ -91,3 +91,44 @@ def test_restoring_into_a_different_setup_is_refused(examples):
 def test_too_few_examples_for_the_ranks_is_an_error(examples):
     with pytest.raises(ValueError, match="cannot feed"):
         ShardedBatches(examples, BatchingConfig(), rank=0, world_size=len(examples) + 1)
+
+
+def updates_of(examples, world_size, **config) -> list[list[int]]:
+    """Per update: the sorted example indices it covers over all ranks (one epoch)."""
+    ranks = shards(examples, world_size, **config)
+    per_rank = [list(rank.updates()) for rank in ranks]
+    assert len({len(updates) for updates in per_rank}) == 1  # every rank runs the same number of updates
+    return [sorted(int(i) for updates in per_rank for batch in updates[u] for i in batch.indices)
+            for u in range(len(per_rank[0]))]
+
+
+def test_global_tokens_give_the_same_updates_whatever_the_workers(examples):
+    """``global_tokens`` 3000 with batches of at most 1500 per rank: 1 worker accumulates 2
+    batches, 2 workers 1 each; every update covers the same examples, and every example is
+    seen once per epoch."""
+    config = dict(max_tokens=1500, global_tokens=3000)
+    assert BatchingConfig(**config).per_rank(1) == (1500, 2) and BatchingConfig(**config).per_rank(2) == (1500, 1)
+    assert BatchingConfig(**config).per_rank(4) == (750, 1)  # smaller batches, the same update
+    assert BatchingConfig(max_tokens=1000, global_tokens=4096).per_rank(1) == (819, 5)  # the fewest batches of ≤ 1000
+    one, two = updates_of(examples, 1, **config), updates_of(examples, 2, **config)
+    assert one == two and len(one) > 3
+    assert sorted(i for update in one for i in update) == list(range(len(examples)))
+    default = updates_of(examples, 2, max_tokens=1500)  # per-rank budget: twice the examples per update
+    assert len(default) == len(one) and all(len(update) for update in default)
+    assert len(updates_of(examples, 1, max_tokens=1500)) == 2 * len(one)  # the batch grew with the workers
+
+
+def test_update_freq_and_global_tokens_are_not_both_set():
+    with pytest.raises(ValueError, match="global_tokens or update_freq"):
+        BatchingConfig(global_tokens=3000, update_freq=2)
+    with pytest.raises(ValueError, match="update_freq"):
+        BatchingConfig(update_freq=0)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("max_tokens,global_tokens", [(700, 2100), (500, 2000), (1000, 3000), (300, 2400)])
+def test_accumulated_updates_cover_every_example_once(examples, world_size, max_tokens, global_tokens):
+    """Whatever the accumulation, the epoch splits into whole updates: nothing left over."""
+    for seed in (1, 2, 3):
+        updates = updates_of(examples, world_size, max_tokens=max_tokens, global_tokens=global_tokens, seed=seed)
+        assert sorted(i for update in updates for i in update) == list(range(len(examples)))

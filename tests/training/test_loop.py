@@ -37,3 +37,18 @@ def test_early_stopping_stops_when_dev_bleu_does_not_improve(demo_dataset, tmp_p
                          optim={"lr": 1e-9, "warmup_steps": 0})
     history = fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path), log=lambda line: None)
     assert len(history) < 6
+
+
+def test_an_update_accumulates_update_freq_batches(demo_dataset, tmp_path):
+    """``global_tokens`` 1200 with batches of ≤ 600 on one worker: 2 batches per update, and
+    an update sees about twice a batch's tokens (logged as ``tokens_per_update``)."""
+    dataset = Dataset.open(demo_dataset)
+    single = fit(tiny_config(max_epochs=1, max_steps_per_epoch=4, eval={"max_sentences": 5}), dataset, Context(),
+                 LocalHooks(tmp_path / "single"), log=lambda line: None)[-1]
+    config = load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600, "global_tokens": 1200},
+                                "optim": {"warmup_steps": 5}, "max_epochs": 1, "max_steps_per_epoch": 4,
+                                "eval": {"max_sentences": 5}})
+    accumulated = fit(config, dataset, Context(), LocalHooks(tmp_path / "accumulated"), log=lambda line: None)[-1]
+    assert single["update_freq"] == 1 and accumulated["update_freq"] == 2
+    assert accumulated["step"] == single["step"] == 4  # max_steps_per_epoch counts updates
+    assert 1.6 * single["tokens_per_update"] < accumulated["tokens_per_update"] <= 1200

@@ -52,6 +52,21 @@ def test_two_ddp_workers_update_exactly_like_one(demo_dataset, tmp_path, model):
     assert moved > 10  # the updates really changed the parameters
 
 
+@pytest.mark.parametrize("model", ["dbsa", "hier_tree_gru"])
+def test_one_worker_accumulating_two_batches_updates_exactly_like_two_workers(demo_dataset, tmp_path, model):
+    """The same global batch as 1 worker × 2 accumulated batches and as 2 workers × 1 batch
+    (where DDP synchronises): the same parameters after the updates, to float tolerance; and
+    2 workers × 2 accumulated batches too (DDP's no_sync on the first)."""
+    (accumulated,) = launch(demo_dataset, tmp_path, 1, model, "accumulate")
+    two_workers, _ = launch(demo_dataset, tmp_path, 2, model)
+    two_accumulating, _ = launch(demo_dataset, tmp_path, 2, model, "accumulate")
+    (plain,) = launch(demo_dataset, tmp_path, 1, model)
+    for name, value in two_workers.items():
+        torch.testing.assert_close(accumulated[name], value, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(two_accumulating[name], value, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(plain[name], value, atol=2e-6, rtol=1e-5)
+
+
 def test_gumbel_tree_ranks_stay_identical_under_ddp(demo_dataset, tmp_path):
     """Gumbel noise is drawn per rank, so 2 workers cannot match 1 exactly; DDP must still keep
     the two ranks' parameters identical (straight-through selections leave some unused)."""
