@@ -8,7 +8,8 @@ search (beam 4, length penalty α 0.6 by default) and scored: ``test_bleu``, ``t
 (sacrebleu, detokenized), ``test_bleu_tok`` (tokenized, as the papers report), and for DBSA
 ``test_uas_enc`` / ``test_uas_dec`` against the set's own trees.  Hypotheses and references are
 written next to ``--out`` (``OUT.hyp``, ``OUT.ref`` detokenized; ``OUT.tok.hyp``, ``OUT.tok.ref``
-tokenized); with ``--run`` the metrics and files are also logged to that MLflow run.
+tokenized), with ``OUT.sacrebleu.sh``, the sacrebleu command lines that reproduce the scores;
+with ``--run`` the metrics and files are also logged to that MLflow run.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps({k: round(v, 4) for k, v in result.metrics.items()}, indent=1))
     print(f"signature: {result.signature}", file=sys.stderr)
     print("wrote " + ", ".join(str(f) for f in files), file=sys.stderr)
+    print(f"to recompute the scores: cd {files[-1].parent} && sh {files[-1].name}", file=sys.stderr)
     if args.run:
         log_test_results(tracking_uri, args.run, result, files, Path(args.test).name)
     return 0

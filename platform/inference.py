@@ -15,7 +15,7 @@ import torch
 
 from models import MODELS
 from models.inputs import Source
-from models.search import best_hypotheses
+from models.search import beam_search, best_hypotheses
 from platform import atomic
 from platform import config as config_io
 from platform.data.batching import ParquetExamples, pad, pad_tree_parents
@@ -33,7 +33,7 @@ from platform.training.checkpoint import (
 from platform.training.config import TrainConfig
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
-from platform.training.metrics import detokenizer
+from platform.training.metrics import detokenizer, sacrebleu_commands
 
 
 def add_model_arguments(parser) -> None:
@@ -146,15 +146,31 @@ class Trained:
                                      max_len_b=self.config.eval.max_len_b)
         return [self.tgt_model.decode(h.tokens) for h in hypotheses]
 
+    @torch.no_grad()
+    def translate_nbest(self, src: Source, beam: int, alpha: float, nbest: int) -> list[list[tuple[str, float, float]]]:
+        """Each sentence's ``nbest`` best translations (needs ``nbest ≤ beam``), best first, as
+        (tokenized text, score with the length penalty, log P(Y|X) with EOS)."""
+        if not 1 <= nbest <= beam:
+            raise ValueError(f"nbest {nbest} needs beam ≥ {nbest}")
+        found = beam_search(self.model, src, beam=beam, alpha=alpha, max_len_a=self.config.eval.max_len_a,
+                            max_len_b=self.config.eval.max_len_b)
+        return [[(self.tgt_model.decode(h.tokens), h.score, h.log_prob) for h in hypotheses[:nbest]]
+                for hypotheses in found]
+
 
 def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang: str) -> list[Path]:
-    """``OUT.hyp``/``OUT.ref`` detokenized and ``OUT.tok.hyp``/``OUT.tok.ref`` tokenized: all four or none."""
+    """``OUT.hyp``/``OUT.ref`` detokenized, ``OUT.tok.hyp``/``OUT.tok.ref`` tokenized, and
+    ``OUT.sacrebleu.sh``, the sacrebleu commands that recompute the scores from them (run in
+    the directory of OUT): all five or none."""
     detok = detokenizer(lang)
+    names = {kind: out.with_name(f"{out.name}.{kind}") for kind in ("hyp", "ref", "tok.hyp", "tok.ref", "sacrebleu.sh")}
     files = {
-        out.with_name(out.name + ".hyp"): [detok(h) for h in hypotheses],
-        out.with_name(out.name + ".ref"): [detok(r) for r in references],
-        out.with_name(out.name + ".tok.hyp"): hypotheses,
-        out.with_name(out.name + ".tok.ref"): list(references),
+        names["hyp"]: [detok(h) for h in hypotheses],
+        names["ref"]: [detok(r) for r in references],
+        names["tok.hyp"]: hypotheses,
+        names["tok.ref"]: list(references),
+        names["sacrebleu.sh"]: ["# the scores of platform.evaluate, recomputed (run in this directory)",
+                                *sacrebleu_commands(lang, *(names[kind].name for kind in ("hyp", "ref", "tok.hyp", "tok.ref")))],
     }
     return atomic.write_texts({path: "".join(line + "\n" for line in lines) for path, lines in files.items()})
 

@@ -7,6 +7,11 @@ Plain input is one sentence per line, words separated by spaces (segmented as th
 data was).  Models that read source trees (deprel, tree2seq, hier_tree_gru) need CoNLL-U input
 (``--conllu``; make it with ``python -m platform.parse``).  Lines are translated in batches with
 beam search and written detokenized, one per input line, in order.
+
+With ``--nbest K`` each input line gets its K best translations (K ≤ --beam), best first, in
+the Moses n-best format that rerankers read: ``LINE ||| translation ||| log_prob=LOGP ||| SCORE``
+(LINE counts from 0; LOGP is log P(Y|X) with EOS; SCORE is LOGP over Wu et al.'s length penalty,
+what the beam ranks by).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--conllu", action="store_true", help="stdin is CoNLL-U (needed by tree models)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
     parser.add_argument("--tokenized", action="store_true", help="write tokenized output (words separated by spaces)")
+    parser.add_argument("--nbest", type=int, metavar="K",
+                        help="write the K best translations of each line (K ≤ --beam), Moses n-best format with scores")
     return parser
 
 
@@ -66,16 +73,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if trained.needs_trees and not args.conllu:
         raise UserError(f"{trained.config.model.name} reads source trees: give CoNLL-U on stdin with --conllu "
                         "(python -m platform.parse makes it from raw text)")
+    if args.nbest is not None and not 1 <= args.nbest <= args.beam:
+        raise UserError(f"--nbest {args.nbest} needs --beam ≥ {args.nbest} (beam search keeps --beam hypotheses)")
     sentences = read_input(args.conllu)
     detok = (lambda text: text) if args.tokenized else detokenizer(trained.tgt_lang)
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths per batch
     outputs: dict[int, str] = {}
     for start in range(0, len(order), args.batch_size):
         chunk = order[start:start + args.batch_size]
-        src = trained.source_batch([sentences[i] for i in chunk])
-        for index, text in zip(chunk, trained.translate(src.to(args.device), args.beam, args.lenpen)):
-            outputs[index] = detok(text)
-    sys.stdout.write("".join(outputs[i] + "\n" for i in range(len(sentences))))
+        src = trained.source_batch([sentences[i] for i in chunk]).to(args.device)
+        if args.nbest is None:
+            for index, text in zip(chunk, trained.translate(src, args.beam, args.lenpen)):
+                outputs[index] = detok(text) + "\n"
+            continue
+        for index, found in zip(chunk, trained.translate_nbest(src, args.beam, args.lenpen, args.nbest)):
+            outputs[index] = "".join(f"{index} ||| {detok(text)} ||| log_prob={log_prob:.4f} ||| {score:.4f}\n"
+                                     for text, score, log_prob in found)
+    sys.stdout.write("".join(outputs[i] for i in range(len(sentences))))
     return 0
 
 

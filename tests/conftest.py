@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +114,16 @@ def tanaka_dataset(tanaka, tmp_path_factory) -> Path:
                         "--test", tanaka / "test", "--src", "ja", "--tgt", "en", "--out", out)
     assert result.returncode == 0, result.stderr
     return out
+
+
+def sacrebleu_scores(script: Path) -> list[float]:
+    """Run an ``OUT.sacrebleu.sh`` (with this interpreter's sacrebleu) where it lies; its scores in order."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["sh", script.name], cwd=script.parent, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    decoder, text, scores = json.JSONDecoder(), result.stdout.strip(), []
+    while text:
+        found, end = decoder.raw_decode(text)
+        scores += [entry["score"] for entry in (found if isinstance(found, list) else [found])]
+        text = text[end:].strip()
+    return scores

@@ -8,7 +8,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT, SECRET, run_module, wait_for
+from conftest import ROOT, SECRET, run_module, sacrebleu_scores, wait_for
 from models import MODELS
 from platform import train
 
@@ -134,6 +134,10 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     client, runs = runs_of(uri, "tanaka")
     logged = runs[0].data.metrics["test_bleu"]
     assert float(cli.stdout.strip()) == pytest.approx(logged, abs=1e-3)
+    # the written sacrebleu commands reproduce all three scores
+    metrics = runs[0].data.metrics
+    assert sacrebleu_scores(tmp_path / "tanaka-test.sacrebleu.sh") == pytest.approx(
+        [metrics["test_bleu"], metrics["test_chrf"], metrics["test_bleu_tok"]], abs=1e-3)
     assert "test_chrf" in runs[0].data.metrics and "test_bleu_tok" in runs[0].data.metrics
     translated = subprocess.run([sys.executable, "-m", "platform.translate", "--run", run_id, "--tracking-uri", uri,
                                  "--beam", "2"], input="私 は 学生 です 。\n猫 が 好き 。\n", capture_output=True,

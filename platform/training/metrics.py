@@ -116,6 +116,17 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str], lan
                              signature=str(bleu.get_signature()))
 
 
+def sacrebleu_commands(lang: str, hyp: str, ref: str, tok_hyp: str, tok_ref: str) -> list[str]:
+    """The ``sacrebleu`` command lines that recompute ``translation_scores`` from the files
+    ``platform.evaluate`` writes: BLEU and chrF on the detokenized text, BLEU on the tokenized."""
+    import shlex
+
+    force = " --force" if keeps_tokens(lang) else ""
+    tokenize = SACREBLEU_TOKENIZER.get(lang, "13a")
+    return [f"sacrebleu {shlex.quote(ref)} -i {shlex.quote(hyp)} -m bleu chrf --tokenize {tokenize}{force} -w 4",
+            f"sacrebleu {shlex.quote(tok_ref)} -i {shlex.quote(tok_hyp)} -m bleu --tokenize none --force -w 4"]
+
+
 def head_accuracy(logprobs: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> tuple[int, int]:
     """(correct, counted) of argmax heads: logprobs [B, L, L], targets [B, L] (ignore_index = skip)."""
     counted = targets != ignore_index
