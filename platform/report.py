@@ -4,9 +4,10 @@ Writes ``report.md`` and ``report.csv`` (one row per training run: model, sweep,
 knobs, best dev BLEU/chrF/UAS, test scores where ``platform.evaluate --run`` logged them,
 parameters, tokens/s) and PNG plots: dev BLEU against each knob, dev BLEU curves of the top
 runs, and a parallel-coordinates view of knobs and BLEU; mean ± std over seeds where a setting
-was trained with several.  Where both the best run and the best
-``transformer`` baseline have test hypotheses of the same test set, a paired bootstrap test
-(sacrebleu, 1000 resamples) says whether the difference is significant.  Everything is also
+was trained with several.  Where the best ``transformer`` baseline and other models' runs
+have test hypotheses of the same test set, paired bootstrap resampling and approximate
+randomisation (sacrebleu, BLEU and chrF, every model against the baseline in one test) say
+whether the differences are significant.  Everything is also
 logged to the experiment's latest sweep parent run (if there is one).
 """
 
@@ -120,35 +121,66 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def bootstrap(client, rows: list[dict[str, Any]], directory: Path) -> str:
-    """Paired bootstrap between the best run of any model but ``transformer`` (a syntax-aware one,
-    or the RNN baseline ``seq2seq`` if it is best) and the best ``transformer`` baseline on
-    a shared test set: among finished runs with test hypotheses, best by dev BLEU (``rows``'
-    order; a failed run is never chosen, whatever it reached before failing)."""
-    from sacrebleu.metrics import BLEU
+def significance(client, rows: list[dict[str, Any]], directory: Path) -> str:
+    """Every system against the baseline, in one sacrebleu ``PairedTest`` per test type, for
+    BLEU (the tokenizer the runs' own BLEU used) and chrF: paired bootstrap resampling (1000
+    samples; the mean and 95% CI of each system) and approximate randomisation (10000 trials).
+    The baseline is the best finished ``transformer`` run with test hypotheses; each other model
+    is represented by its best finished run with hypotheses of the same test set (best by dev
+    BLEU, ``rows``' order; a failed run is never chosen, whatever it reached before failing).
+    Returns a markdown section."""
+    from sacrebleu.metrics import BLEU, CHRF
     from sacrebleu.significance import PairedTest
 
     evaluated = [r for r in rows if "test_bleu" in r and r["status"] == "finished"]
-    best = next((r for r in evaluated if r["model"] != "transformer"), None)
     baseline = next((r for r in evaluated if r["model"] == "transformer"), None)
-    if best is None or baseline is None:
-        return ("paired bootstrap: needs test hypotheses (platform.evaluate --run) of a finished transformer baseline "
+    systems: list[dict[str, Any]] = []
+    for row in evaluated:  # best first: each model's first row is its best run
+        if row["model"] != "transformer" and all(row["model"] != chosen["model"] for chosen in systems):
+            systems.append(row)
+    if baseline is None or not systems:
+        return ("## Significance\n\nneeds test hypotheses (platform.evaluate --run) of a finished transformer baseline "
                 "and of a finished run of another model")
-    files = {}
-    for label, row in (("baseline", baseline), ("best", best)):
-        tests = [a.path for a in client.list_artifacts(row["run_id"], "test")]
-        if not tests:
-            return f"paired bootstrap: run {row['run']} has no test hypotheses"
-        local = Path(client.download_artifacts(row["run_id"], tests[0], str(directory / label)))
-        files[label] = {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
-    if files["best"]["ref"] != files["baseline"]["ref"]:
-        return "paired bootstrap: the two runs were evaluated on different test sets"
-    test = PairedTest([("baseline", files["baseline"]["hyp"]), ("best", files["best"]["hyp"])],
-                      metrics={"BLEU": BLEU(tokenize=_logged_tokenizer(client, best["run_id"]), force=True)}, references=[files["best"]["ref"]], test_type="bs", n_samples=1000)
-    _, scores = test()
-    base_score, best_score = scores["BLEU"]
-    return (f"paired bootstrap (sacrebleu, 1000 resamples): baseline {baseline['run']} BLEU {base_score.score:.2f} "
-            f"vs best {best['run']} BLEU {best_score.score:.2f} ± {best_score.ci:.2f}, p = {best_score.p_value:.4f}")
+    outputs = {row["run_id"]: _test_outputs(client, row, directory) for row in [baseline, *systems]}
+    missing = [row["run"] for row in [baseline, *systems] if outputs[row["run_id"]] is None]
+    if missing:
+        return f"## Significance\n\nno test hypotheses logged for run(s) {', '.join(missing)}"
+    references = outputs[baseline["run_id"]]["ref"]
+    other_sets = [row["run"] for row in systems if outputs[row["run_id"]]["ref"] != references]
+    systems = [row for row in systems if row["run"] not in other_sets]
+    if not systems:
+        return "## Significance\n\nno other model was evaluated on the baseline's test set"
+    named = [(row["run"], outputs[row["run_id"]]["hyp"]) for row in [baseline, *systems]]
+    tokenizer = _logged_tokenizer(client, baseline["run_id"])
+    metrics = {"BLEU": BLEU(tokenize=tokenizer, force=True), "chrF2": CHRF()}  # keyed by sacrebleu's names
+    results = {test_type: PairedTest(named, metrics=metrics, references=[references], test_type=test_type,
+                                     n_samples=samples)()[1]
+               for test_type, samples in (("bs", 1000), ("ar", 10000))}
+    table = [{"model": row["model"], "run": row["run"],
+              **{f"{metric} {key}".strip(): value for metric in metrics
+                 for key, value in _test_cells(results["bs"][metric][i], results["ar"][metric][i], i == 0).items()}}
+             for i, row in enumerate([baseline, *systems])]
+    skipped = f"\n\nNot compared (another test set): {', '.join(other_sets)}." if other_sets else ""
+    return (f"## Significance\n\nEach model's best finished run against the `transformer` baseline {baseline['run']} "
+            f"on {len(references)} test sentences (sacrebleu: BLEU with `tokenize={tokenizer}`, chrF; paired "
+            f"bootstrap, 1000 resamples, mean ± 95% CI; approximate randomisation, 10000 trials; p against the "
+            f"baseline).\n\n{format_table(table)}{skipped}")
+
+
+def _test_cells(bootstrap, randomisation, is_baseline: bool) -> dict[str, str]:
+    """A system's cells for one metric: its score, bootstrap mean ± CI, and both p-values."""
+    return {"": f"{bootstrap.score:.2f}", "bootstrap": f"{bootstrap.mean:.2f} ± {bootstrap.ci:.2f}",
+            "p (bs)": "–" if is_baseline else f"{bootstrap.p_value:.4f}",
+            "p (ar)": "–" if is_baseline else f"{randomisation.p_value:.4f}"}
+
+
+def _test_outputs(client, row: dict[str, Any], directory: Path) -> dict[str, list[str]] | None:
+    """A run's logged test files (``hyp``, ``ref``, ``tok.hyp``, ...) as lines, or None."""
+    tests = [a.path for a in client.list_artifacts(row["run_id"], "test")]
+    if not tests:
+        return None
+    local = Path(client.download_artifacts(row["run_id"], tests[0], str(directory / row["run_id"])))
+    return {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
 
 
 def _logged_tokenizer(client, run_id: str) -> str:
@@ -188,12 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     coordinates = parallel_coordinates(rows, out / "parallel_coordinates.png")
     images += [coordinates] if coordinates else []
     with tempfile.TemporaryDirectory() as scratch:
-        significance = bootstrap(client, rows, Path(scratch))
+        tests = significance(client, rows, Path(scratch))
     seeds = over_seeds(rows)
     seeds_text = (f"## Over seeds\n\nMean ± standard deviation over the seeds of each setting trained with several "
                   f"(finished runs only).\n\n{format_table(seeds)}\n\n" if seeds else "")
     text = (f"# Experiment {args.experiment}\n\n{len(rows)} training runs, best first.\n\n{format_table(rows)}\n\n"
-            f"{seeds_text}{significance}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
+            f"{seeds_text}{tests}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "report.csv").write_text(to_csv(rows), encoding="utf-8")
     parent = _latest_sweep_parent(client, experiment.experiment_id)

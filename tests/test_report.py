@@ -1,8 +1,8 @@
 """platform.report on a real MLflow store: two seeds of the baseline, a syntax model, a failed
 run that reached the best dev BLEU before failing, test hypotheses from platform.evaluate --run,
-and the paired bootstrap between the right two runs."""
+and the significance tests (bootstrap and approximate randomisation, BLEU and chrF) of every
+other model's best run against the best baseline, in one call."""
 
-import re
 
 from mlflow.tracking import MlflowClient
 
@@ -38,14 +38,15 @@ def trained_run(uri, dataset, tmp_path, model, seed, **knobs) -> str:
     return run_id
 
 
-def test_the_bootstrap_compares_the_best_finished_syntax_run_with_the_best_baseline(demo_dataset, tmp_path):
+def test_every_model_is_tested_against_the_best_finished_baseline(demo_dataset, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     baselines = [trained_run(uri, demo_dataset, tmp_path, "transformer", seed) for seed in (1, 2)]
     syntax = trained_run(uri, demo_dataset, tmp_path, "dbsa", 1, p_enc=1, p_dec=1)
+    relative = trained_run(uri, demo_dataset, tmp_path, "transformer_rel", 1, use_rel=True)
     failed = runs.start_run(uri, "report", "crashed", {"model": "dbsa"}, {"model": "dbsa"}, "")
     MlflowClient(uri).log_metric(failed, "dev_bleu", 99.0, step=1)  # the best dev BLEU of all, then it failed
     runs.end_run(uri, failed, error="worker died")
-    for run_id in [*baselines, syntax]:
+    for run_id in [*baselines, syntax, relative]:
         evaluated = run_module("platform.evaluate", "--run", run_id, "--tracking-uri", uri, "--test",
                                demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--beam", "1",
                                "--out", tmp_path / "eval" / run_id / "test")
@@ -53,23 +54,33 @@ def test_the_bootstrap_compares_the_best_finished_syntax_run_with_the_best_basel
     assert report.main(["--experiment", "report", "--out", str(tmp_path / "out"), "--tracking-uri", uri]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
     client = MlflowClient(uri)
-    test_bleu = {run_id: client.get_run(run_id).data.metrics["test_bleu"] for run_id in [*baselines, syntax]}
+    test_bleu = {run_id: client.get_run(run_id).data.metrics["test_bleu"] for run_id in [*baselines, syntax, relative]}
     dev_bleu = {run_id: max(m.value for m in client.get_metric_history(run_id, "dev_bleu")) for run_id in baselines}
     top = max(dev_bleu.values())
     tied = {client.get_run(run_id).info.run_name: run_id for run_id in baselines if dev_bleu[run_id] == top}
-    found = re.search(r"paired bootstrap \(sacrebleu, 1000 resamples\): baseline (\S+) BLEU ([\d.]+) vs best (\S+) "
-                      r"BLEU ([\d.]+) ± [\d.]+, p = ([\d.]+)", text)
-    assert found, text[-1500:]
-    assert found.group(1) in tied and found.group(3) == "dbsa-seed1"  # the best seed of the baseline (ties: either)
-    assert abs(float(found.group(2)) - test_bleu[tied[found.group(1)]]) < 0.01  # the logged test BLEU, same hypotheses
-    assert abs(float(found.group(4)) - test_bleu[syntax]) < 0.01
-    assert 0.0 <= float(found.group(5)) <= 1.0
+    section = text.split("## Significance", 1)[1]
+    assert "paired bootstrap, 1000 resamples" in section and "approximate randomisation, 10000 trials" in section
+    table = {line.split("|")[2].strip(): [cell.strip() for cell in line.split("|")[1:-1]]
+             for line in section.splitlines() if line.startswith("| ") and not line.startswith("| model")}
+    header = [cell.strip() for cell in next(line for line in section.splitlines() if line.startswith("| model")).split("|")[1:-1]]
+    assert header == ["model", "run", "BLEU", "BLEU bootstrap", "BLEU p (bs)", "BLEU p (ar)",
+                      "chrF2", "chrF2 bootstrap", "chrF2 p (bs)", "chrF2 p (ar)"]
+    # the baseline is the best seed of the transformer (ties: either), first; each other model once, with its best run
+    baseline_name = next(iter(table))
+    assert baseline_name in tied and table[baseline_name][0] == "transformer" and table[baseline_name][4] == "–"
+    assert set(table) == {baseline_name, "dbsa-seed1", "transformer_rel-seed1"}  # never the failed run
+    for name, run_id in ((baseline_name, tied.get(baseline_name)), ("dbsa-seed1", syntax), ("transformer_rel-seed1", relative)):
+        cells = dict(zip(header, table[name]))
+        assert abs(float(cells["BLEU"]) - test_bleu[run_id]) < 0.01  # the logged test BLEU: same hypotheses, tokenizer
+        assert abs(float(cells["chrF2"]) - client.get_run(run_id).data.metrics["test_chrf"]) < 0.01
+        if name != baseline_name:
+            assert all(0.0 <= float(cells[key]) <= 1.0 for key in ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)"))
     import statistics  # the two baseline seeds as one setting: mean ± std of the best dev BLEU and the test BLEU
 
-    seeds = text.split("## Over seeds", 1)[1].split("paired bootstrap", 1)[0]
+    seeds = text.split("## Over seeds", 1)[1].split("## Significance", 1)[0]
     line = next(line for line in seeds.splitlines() if line.startswith("| transformer"))
     assert "| 1 2 |" in line and "dbsa" not in seeds  # one seed of dbsa: no row
     for values in (list(dev_bleu.values()), [test_bleu[run_id] for run_id in baselines]):
         assert f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}" in line
     rows = (tmp_path / "out" / "report.csv").read_text().splitlines()
-    assert len(rows) == 5 and sum(",failed," in row for row in rows) == 1  # the failed run is listed, not chosen
+    assert len(rows) == 6 and sum(",failed," in row for row in rows) == 1  # the failed run is listed, not chosen
