@@ -9,7 +9,9 @@ search (beam 4, length penalty α 0.6 by default) and scored: ``test_bleu``, ``t
 ``test_uas_enc`` / ``test_uas_dec`` against the set's own trees.  Hypotheses and references are
 written next to ``--out`` (``OUT.hyp``, ``OUT.ref`` detokenized; ``OUT.tok.hyp``, ``OUT.tok.ref``
 tokenized), with ``OUT.sacrebleu.sh``, the sacrebleu command lines that reproduce the scores;
-with ``--run`` the metrics and files are also logged to that MLflow run.
+with ``--run`` the metrics and files are also logged to that MLflow run.  ``--average-last N``
+evaluates the average of the last N epochs' weights instead of the best checkpoint (Vaswani et
+al. average the last 5), as ``test_avgN_bleu``, ... (files under ``test_avgN/``).
 """
 
 from __future__ import annotations
@@ -40,16 +42,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     tracking_uri = resolve_tracking_uri(args.tracking_uri) if args.run else None  # --checkpoint: no MLflow
-    trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint, tracking_uri=tracking_uri, device=args.device)
+    trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint, tracking_uri=tracking_uri, device=args.device,
+                           average_last=args.average_last)
     trained.check_languages(args.src, args.tgt)
-    result, references = trained.score(args.test, beam=args.beam, alpha=args.lenpen, device=args.device)
+    kind = "test" if args.average_last is None else f"test_avg{args.average_last}"  # metrics test_avg5_bleu, ...
+    result, references = trained.score(args.test, beam=args.beam, alpha=args.lenpen, device=args.device,
+                                       metric_prefix=kind)
     files = write_outputs(Path(args.out or Path(args.test).name), result.hypotheses, references, trained.tgt_lang)
     print(json.dumps({k: round(v, 4) for k, v in result.metrics.items()}, indent=1))
     print(f"signature: {result.signature}", file=sys.stderr)
     print("wrote " + ", ".join(str(f) for f in files), file=sys.stderr)
     print(f"to recompute the scores: cd {files[-1].parent} && sh {files[-1].name}", file=sys.stderr)
     if args.run:
-        log_test_results(tracking_uri, args.run, result, files, Path(args.test).name)
+        log_test_results(tracking_uri, args.run, result, files, Path(args.test).name, kind)
     return 0
 
 

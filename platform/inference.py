@@ -27,9 +27,11 @@ from platform.training.checkpoint import (
     CHECKPOINT_FILE,
     IncompatibleCheckpoint,
     load_checkpoint,
+    load_weights,
     model_from_checkpoint,
     subword_models_from_checkpoint,
 )
+from platform.training.averaging import LAST_EPOCHS, average, epoch_files
 from platform.training.config import TrainConfig
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
@@ -45,6 +47,8 @@ def add_model_arguments(parser) -> None:
     parser.add_argument("--lenpen", type=float, default=0.6, help="length penalty α of Wu et al. (default 0.6)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--average-last", type=int, metavar="N",
+                        help="average the weights of the last N epochs (Vaswani et al.: 5) instead of the best checkpoint")
 
 
 def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
@@ -56,6 +60,28 @@ def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> P
     except Exception as error:  # unknown run, no artifact, unreachable server
         raise UserError(f"cannot fetch the best checkpoint of run {run_id} from {tracking_uri}: {error}") from None
     return Path(path)
+
+
+def averaged_weights(count: int, *, run_id: str | None, checkpoint: Path, tracking_uri: str | None) -> dict:
+    """The mean of the last ``count`` epochs' weights a training kept (``last_epochs``: an MLflow
+    run's artifacts, or the directory beside a ``--checkpoint``, as ``LocalHooks`` writes it)."""
+    if run_id is not None:
+        from platform.tracking.store import client
+
+        try:
+            directory = Path(client(tracking_uri).download_artifacts(run_id, LAST_EPOCHS, tempfile.mkdtemp(prefix="nmt-avg-")))
+        except Exception:  # no such artifact: the run kept none
+            directory = Path(tempfile.mkdtemp(prefix="nmt-avg-"))
+        where = f"MLflow run {run_id}"
+    else:
+        directory = next((d / LAST_EPOCHS for d in (checkpoint.parent, checkpoint.parent.parent) if (d / LAST_EPOCHS).is_dir()),
+                         checkpoint.parent / LAST_EPOCHS)
+        where = str(directory)
+    files = epoch_files(directory)
+    if len(files) < count:
+        raise UserError(f"--average-last {count}: {where} kept the weights of {len(files)} epoch(s) "
+                        f"(train with --set keep_last_epochs={count} or more)")
+    return average([load_checkpoint(path)["model"] for path in files[-count:]])
 
 
 def checkpoint_load_error(error: Exception) -> str:
@@ -80,7 +106,9 @@ class Trained:
 
     @classmethod
     def load(cls, *, run_id: str | None = None, checkpoint: str | Path | None = None, tracking_uri: str | None = None,
-             device: str = "cpu") -> "Trained":
+             device: str = "cpu", average_last: int | None = None) -> "Trained":
+        """The best checkpoint of ``run_id`` (or ``checkpoint``); with ``average_last`` N, its
+        weights replaced by the average of the last N epochs' (``training.averaging``)."""
         if (run_id is None) == (checkpoint is None):
             raise UserError("give exactly one of --run and --checkpoint")
         if run_id is not None:
@@ -98,6 +126,9 @@ class Trained:
         except IncompatibleCheckpoint as error:  # say which file: a --run's is a temporary copy
             where = f"the best checkpoint of MLflow run {run_id}" if run_id else str(checkpoint)
             raise UserError(f"{where}: {error}") from None
+        if average_last is not None:
+            averaged = averaged_weights(average_last, run_id=run_id, checkpoint=Path(checkpoint), tracking_uri=tracking_uri)
+            load_weights(model, {name: value.to(device) for name, value in averaged.items()}, "the averaged weights")
         subwords = subword_models_from_checkpoint(state)
         meta = state["dataset_meta"]
         prepare = config_io.from_dict(PrepareConfig, meta["config"])
@@ -117,14 +148,15 @@ class Trained:
         table, _ = encode_corpus(corpus, (self.src_model, self.tgt_model), self.prepare, filter_long=False, progress=False)
         return ParquetExamples(table, name=str(prefix))
 
-    def score(self, prefix: str, beam: int, alpha: float, device: str = "cpu") -> tuple[Evaluation, list[str]]:
-        """Decode and score a CoNLL-U pair set: test_bleu, test_chrf, test_bleu_tok, parse UAS;
-        returns the evaluation and the (tokenized) references."""
+    def score(self, prefix: str, beam: int, alpha: float, device: str = "cpu",
+              metric_prefix: str = "test") -> tuple[Evaluation, list[str]]:
+        """Decode and score a CoNLL-U pair set: test_bleu, test_chrf, test_bleu_tok, parse UAS
+        (``metric_prefix`` instead of ``test``); returns the evaluation and the (tokenized) references."""
         examples = self.encode_pairs(prefix)
         config = dataclasses.replace(self.config, eval=dataclasses.replace(
             self.config.eval, beam=beam, alpha=alpha, max_sentences=None))
         result = evaluate(self.model, examples, config, self.tgt_model, self.tgt_lang,
-                          Context(device=torch.device(device)), prefix="test")
+                          Context(device=torch.device(device)), prefix=metric_prefix)
         return result, list(examples.texts["tgt_text"])
 
     def source_batch(self, sentences: list[Sentence] | list[list[str]]) -> Source:
@@ -175,12 +207,14 @@ def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang:
     return atomic.write_texts({path: "".join(line + "\n" for line in lines) for path, lines in files.items()})
 
 
-def log_test_results(tracking_uri: str, run_id: str, result: Evaluation, files: list[Path], test_name: str) -> None:
-    """The test metrics, sacrebleu signature and output files onto the run that was evaluated."""
+def log_test_results(tracking_uri: str, run_id: str, result: Evaluation, files: list[Path], test_name: str,
+                     kind: str = "test") -> None:
+    """The test metrics, sacrebleu signature and output files onto the run that was evaluated
+    (``kind``: ``test``, or ``test_avgN`` for averaged weights)."""
     from platform.tracking.logger import RunLogger
 
     logger = RunLogger(tracking_uri, run_id, reopen=False)
     logger.metrics(result.metrics, step=0)
-    logger.tag("test_sacrebleu_signature", result.signature)
+    logger.tag(f"{kind}_sacrebleu_signature", result.signature)
     for path in files:
-        logger.artifact(path, f"test/{test_name}")
+        logger.artifact(path, f"{kind}/{test_name}")

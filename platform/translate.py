@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint,
                            tracking_uri=resolve_tracking_uri(args.tracking_uri) if args.run else None,
-                           device=args.device)  # a --checkpoint needs no MLflow at all
+                           device=args.device, average_last=args.average_last)  # a --checkpoint needs no MLflow
     if trained.needs_trees and not args.conllu:
         raise UserError(f"{trained.config.model.name} reads source trees: give CoNLL-U on stdin with --conllu "
                         "(python -m platform.parse makes it from raw text)")

@@ -80,3 +80,40 @@ def test_translate_nbest_writes_k_scored_translations_per_line_best_first(tree2s
     refused = subprocess.run([*command, "--beam", "2", "--nbest", "3"], input=first_two, capture_output=True, text=True,
                              cwd=ROOT, timeout=300)
     assert refused.returncode == 2 and "--nbest 3 needs --beam ≥ 3" in refused.stderr and refused.stdout == ""
+
+
+@pytest.fixture(scope="module")
+def three_epochs(demo_dataset, tmp_path_factory):
+    """A tree2seq trained 3 epochs that kept the weights of its last 2."""
+    directory = tmp_path_factory.mktemp("three-epochs")
+    config = load_train_config({"model": {"name": "tree2seq", "d_embed": 16, "d_hidden": 16}, "max_epochs": 3,
+                                "max_steps_per_epoch": 3, "eval": {"max_sentences": 4}, "keep_last_epochs": 2})
+    fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+    return directory
+
+
+def test_average_last_evaluates_the_mean_of_the_kept_epochs(three_epochs, demo_dataset, tmp_path):
+    import torch
+
+    from platform.inference import Trained
+    from platform.training.checkpoint import load_checkpoint
+
+    kept = sorted(path.name for path in (three_epochs / "last_epochs").iterdir())
+    assert kept == ["epoch_0002.pt", "epoch_0003.pt"]  # bounded: epoch 1 deleted
+    averaged = Trained.load(checkpoint=three_epochs / "best.pt", average_last=2).model.state_dict()
+    epochs = [load_checkpoint(three_epochs / "last_epochs" / name)["model"] for name in kept]
+    moved = 0
+    for name, value in averaged.items():
+        torch.testing.assert_close(value, (epochs[0][name] + epochs[1][name]) / 2)
+        moved += not torch.equal(epochs[0][name], epochs[1][name])
+    assert moved > 3  # the two epochs really differ
+    result = run_module("platform.evaluate", "--checkpoint", three_epochs / "best.pt", "--test",
+                        demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--beam", "1",
+                        "--average-last", "2", "--out", tmp_path / "avg")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert set(json.loads(result.stdout)) >= {"test_avg2_bleu", "test_avg2_chrf", "test_avg2_bleu_tok"}
+    refused = run_module("platform.evaluate", "--checkpoint", three_epochs / "best.pt", "--test",
+                         demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--average-last", "3",
+                         "--out", tmp_path / "refused")
+    assert refused.returncode == 2 and "kept the weights of 2 epoch(s)" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("refused*"))

@@ -21,18 +21,32 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
-    with _on_loopback(address is None):
+    with _on_loopback(address is None or on_loopback(address)):
         ray.init(**ray_init_kwargs(address, num_cpus), log_to_driver=log_to_driver, logging_level="WARNING")
+
+
+def on_loopback(address: str) -> bool:
+    """Whether ``address`` (``host:port``, or ``auto``: the cluster ``ray start`` or a local run
+    last started here) names a cluster on this machine's loopback, as the local clusters
+    ``start_ray`` starts are (``--address 127.0.0.1:PORT`` joins one)."""
+    if address == "auto":
+        from ray._private.services import get_ray_address_from_environment
+
+        address = get_ray_address_from_environment("auto", None) or ""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 @contextmanager
 def _on_loopback(local: bool):
-    """While a local cluster starts, Ray takes it for a single-machine one, as it does on macOS
-    and Windows: otherwise it replaces the node address 127.0.0.1 by the machine's network
-    address (``resolve_ip_for_localhost``), and the GCS, raylet, workers and agents bind there
-    (or to every interface).  Restored at once, so that joining a cluster later works as usual;
-    the flag is read in this process only (the environment variable of the same meaning would
-    reach ``ray start`` in child processes and stop worker nodes joining)."""
+    """While a local cluster starts (or a driver joins one on loopback), Ray takes it for a
+    single-machine one, as it does on macOS and Windows: otherwise it replaces 127.0.0.1 by the
+    machine's network address (``resolve_ip_for_localhost``) — as the node address, so that the
+    GCS, raylet, workers and agents would bind there (or to every interface), and in the address
+    a driver joins, which then cannot reach a GCS on loopback.  Restored at once, so that joining
+    another cluster later works as usual; the flag is read in this process only (the environment
+    variable of the same meaning would reach ``ray start`` in child processes and stop worker
+    nodes joining)."""
     from ray._private import ray_constants
 
     saved = ray_constants.ENABLE_RAY_CLUSTER

@@ -12,6 +12,7 @@ from typing import Any
 
 from platform.data.dataset import PreparedDataset
 from platform.tracking.logger import RunLogger
+from platform.training.averaging import LAST_EPOCHS, epoch_files, keep_epoch
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.context import Context
@@ -90,6 +91,8 @@ class RayHooks:
         with checkpoint.as_directory() as directory:
             state = load_checkpoint(Path(directory) / CHECKPOINT_FILE)
         self.history = list(state["progress"]["history"])
+        if self.rank == 0:  # the averaging window starts again at the resumed epoch (older weights were on the lost worker)
+            self.keep_weights(state["progress"]["epoch"], state["model"], self.config.keep_last_epochs)
         if self.logger is not None:  # visible in MLflow: this run survived a failure
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
             self.logger.tag("restarts", str(restarts))
@@ -109,6 +112,9 @@ class RayHooks:
         if self.logger is not None:
             self.logger.tag("diverged", reason)
             self.logger.drain(30)  # in the store before Ray restarts the group, which reads it
+
+    def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
+        keep_epoch(self.workdir / LAST_EPOCHS, epoch, weights, keep)  # logged to MLflow by finish()
 
     def wrap(self, model):
         import ray.train.torch
@@ -153,5 +159,7 @@ class RayHooks:
             from platform.tracking.diagnostics import log_parse_heat_map
 
             log_parse_heat_map(self.logger, self.workdir / "best" / CHECKPOINT_FILE, self.dataset_dir, self.workdir)
+            for path in epoch_files(self.workdir / LAST_EPOCHS):  # for evaluate --average-last
+                self.logger.artifact(path, LAST_EPOCHS)
             # how long MLflow held training up (the sender thread's own waits excluded): ~0 by design
             self.logger.metrics({"tracking_wait_s": self.logger.waited_s}, step=len(self.history))

@@ -39,11 +39,14 @@ class TrainConfig:
     max_epochs: int = 10
     max_steps_per_epoch: int | None = None  # cut epochs short (smoke runs)
     patience: int | None = None  # stop after this many epochs without a better dev_bleu
+    keep_last_epochs: int = 5  # weights of the last N epochs, for evaluate --average-last (0: none)
     seed: int = 1
 
     def __post_init__(self) -> None:
         if self.max_epochs < 1:
             raise ValueError(f"max_epochs must be ≥ 1, got {self.max_epochs}")
+        if self.keep_last_epochs < 0:
+            raise ValueError(f"keep_last_epochs must be ≥ 0, got {self.keep_last_epochs}")
 
 
 # The model dimensions of each size, per model config class (a new model of an existing class
@@ -71,7 +74,7 @@ SIZES = {
 RUN_PRESETS = {
     "cpu": {"max_epochs": 3, "batching": {"max_tokens": 1500}, "optim": {"lr": 2e-3, "warmup_steps": 100}},
     "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},
-    "sweep": {"max_epochs": 4, "max_steps_per_epoch": 100, "eval": {"max_sentences": 200},
+    "sweep": {"max_epochs": 4, "max_steps_per_epoch": 100, "eval": {"max_sentences": 200}, "keep_last_epochs": 0,
               "batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 100}},
     "smoke": {"max_epochs": 2, "max_steps_per_epoch": 8, "eval": {"max_sentences": 40},
               "optim": {"warmup_steps": 10}, "batching": {"max_tokens": 1024}},

@@ -16,6 +16,7 @@ import torch
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.data.subwords import SubwordModel
+from platform.training.averaging import LAST_EPOCHS, keep_epoch
 from platform.training.checkpoint import (
     CHECKPOINT_FILE,
     IncompatibleCheckpoint,
@@ -46,6 +47,9 @@ class Hooks:
     def diverged(self, reason: str) -> None:
         """Training stops for good with ``reason`` (the loss became NaN/inf)."""
 
+    def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
+        """Rank 0, each epoch: the model weights for checkpoint averaging (the newest ``keep``)."""
+
 
 @dataclass
 class LocalHooks(Hooks):
@@ -57,6 +61,9 @@ class LocalHooks(Hooks):
     def resume(self) -> dict | None:
         last = Path(self.directory) / "last.pt"
         return load_checkpoint(last) if last.exists() else None
+
+    def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
+        keep_epoch(Path(self.directory) / LAST_EPOCHS, epoch, weights, keep)
 
     def report(self, metrics, state, evaluation, is_best) -> None:
         self.reported.append(metrics)
@@ -113,6 +120,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
                                   dataset.meta) if ctx.rank == 0 else None)
         if ctx.rank == 0:
             log(progress_line(metrics, config.max_epochs))
+            hooks.keep_weights(epoch + 1, state["model"], config.keep_last_epochs)
         hooks.report(metrics, state, evaluation, is_best)
         if stop:
             if ctx.rank == 0:
