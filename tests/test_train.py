@@ -52,6 +52,11 @@ def test_two_worker_ddp_run_logs_one_run_with_workers_2(ray_cluster, demo_datase
     _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "ddp")
     assert len(runs) == 1
     assert runs[0].data.params["workers"] == "2" and runs[0].info.status == "FINISHED"
+    import platform as _platform  # one node: its first worker sampled it, the other did not
+
+    system = {name for name in runs[0].data.metrics if name.startswith("system/")}
+    assert f"system/{_platform.node()}/cpu_utilization_percentage" in system
+    assert {name.split("/")[1] for name in system} == {_platform.node()}
 
 
 def test_train_cli_as_a_user_runs_it(demo_dataset, tmp_path):

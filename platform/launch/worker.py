@@ -12,6 +12,7 @@ from typing import Any
 
 from platform.data.dataset import PreparedDataset
 from platform.tracking.logger import RunLogger
+from platform.tracking.system import node_sampler
 from platform.training.averaging import LAST_EPOCHS, epoch_files, keep_epoch
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
@@ -32,12 +33,31 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     ctx = Context.from_torch_distributed(ray.train.torch.get_device())
     dataset = PreparedDataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, loop["dataset_dir"])
+    system, node_logger = _system_metrics(hooks, loop)
     try:
         fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"))
         hooks.finish()
     finally:
+        if system is not None:
+            system.stop()
+        if node_logger is not None and node_logger is not hooks.logger:
+            node_logger.close()
         if hooks.logger is not None:
             hooks.logger.close()  # a last try at what an outage held back; says what is lost
+
+
+def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
+    """The node's first worker samples the node's CPU, memory, disk, network and GPU into the
+    run (``tracking.system``), through rank 0's logger on rank 0's node, its own elsewhere;
+    returns the sampler and the logger it uses (None, None on the node's other workers)."""
+    import platform as _platform
+
+    import ray.train
+
+    if ray.train.get_context().get_local_rank() != 0:
+        return None, None
+    logger = hooks.logger or RunLogger(loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True)
+    return node_sampler(logger, _platform.node(), loop.get("system_metrics_interval_s", 10.0)), logger
 
 
 def _quiet_report_dumps() -> None:
