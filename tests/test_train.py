@@ -57,6 +57,8 @@ def test_two_worker_ddp_run_logs_one_run_with_workers_2(ray_cluster, demo_datase
     system = {name for name in runs[0].data.metrics if name.startswith("system/")}
     assert f"system/{_platform.node()}/cpu_utilization_percentage" in system
     assert {name.split("/")[1] for name in system} == {_platform.node()}
+    contexts = {t.value for i in runs[0].inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
+    assert contexts == {"train", "dev", "test"}  # the Dataset column of MLflow's runs table
 
 
 def test_train_cli_as_a_user_runs_it(demo_dataset, tmp_path):

@@ -57,6 +57,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     if run_id is None:
         run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
                                 tags, config_yaml, parent_run_id)
+        runs.log_dataset_inputs(job.tracking_uri, run_id, str(job.dataset_dir), meta)
     try:
         _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:

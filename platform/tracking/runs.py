@@ -56,6 +56,27 @@ def dataset_sha256(meta: dict[str, Any]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def log_dataset_inputs(tracking_uri: str, run_id: str, dataset: str, meta: dict[str, Any]) -> None:
+    """The prepared dataset's splits as the run's MLflow inputs (the runs table's "Dataset"
+    column): one per split, named after the dataset, with its context (``train``/``dev``/``test``),
+    a digest of its inputs and prepare settings, its Parquet file and its size."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    name = dataset.rstrip("/").rsplit("/", 1)[-1]
+    inputs = []
+    for split, info in meta.get("splits", {}).items():
+        hashes = sorted(digest for path, digest in meta.get("inputs_sha256", {}).items() if path in info.get("files", []))
+        digest = hashlib.sha256(json.dumps({"inputs": hashes, "config": meta.get("config")}, sort_keys=True).encode())
+        source = {"uri": f"{dataset.rstrip('/')}/{split}.parquet"}
+        profile = {"pairs": info.get("pairs_written"), "src_lang": meta.get("src_lang"), "tgt_lang": meta.get("tgt_lang")}
+        inputs.append(DatasetInput(
+            Dataset(name=name, digest=digest.hexdigest()[:16], source_type=dataset.split("://", 1)[0] if "://" in dataset
+                    else "local", source=json.dumps(source), profile=json.dumps(profile)),
+            tags=[InputTag("mlflow.data.context", split)]))
+    if inputs:
+        client(tracking_uri).log_inputs(run_id, datasets=inputs)
+
+
 def run_params(train_config, extra: dict[str, Any]) -> dict[str, str]:
     """Flat params: model fields under their paper names (p_enc, k_clip, ...), other sections dotted."""
     params = {param_name(key): value for key, value in config_io.flat_dict(train_config).items()

@@ -61,6 +61,26 @@ def test_experiments_open_on_their_runs_in_mlflows_ui(tmp_path):
     assert mlflow_client.get_run(run_id).data.tags["mlflow.source.git.commit"] == "abc123"
 
 
+def test_a_runs_dataset_splits_are_its_mlflow_inputs(tmp_path, demo_dataset):
+    """The runs table's Dataset column: train/dev/test of the prepared dataset, each with its
+    own digest, Parquet file and size."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from platform.data import dataset as ds
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = runs.start_run(uri, "inputs", "r", {}, {}, "a: 1\n")
+    runs.log_dataset_inputs(uri, run_id, str(demo_dataset), ds.read_meta(demo_dataset))
+    inputs = MlflowClient(uri).get_run(run_id).inputs.dataset_inputs
+    contexts = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset for i in inputs}
+    assert set(contexts) == {"train", "dev", "test"}
+    assert len({d.digest for d in contexts.values()}) == 3 and {d.name for d in contexts.values()} == {demo_dataset.name}
+    assert json.loads(contexts["dev"].source)["uri"] == f"{demo_dataset}/dev.parquet" and contexts["dev"].source_type == "local"
+    assert json.loads(contexts["train"].profile)["pairs"] == ds.read_meta(demo_dataset)["splits"]["train"]["pairs_written"]
+
+
 def test_a_read_from_a_hung_server_holds_training_ten_seconds_at_most():
     """A server that accepts connections and never answers (MLflow would wait minutes per try)."""
     import socket
