@@ -49,7 +49,15 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert (tmp_path / "runs" / "s1" / "sweep.png").exists() and (tmp_path / "runs" / "s1" / "console.log").exists()
     assert "training steps" in table and parents[0].data.metrics["time_share_steps"] > 0
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
-    assert {"summary.md", "summary.csv", "best_config.yaml", "config.yaml", "plots"} <= parent_files
+    assert {"summary.md", "summary.csv", "best_config.yaml", "config.yaml", "plots", "optuna"} <= parent_files
+    # the Optuna study, saved beside the sweep and on its parent run (optuna-dashboard opens it)
+    import optuna
+
+    study = optuna.load_study(study_name="s1", storage=f"sqlite:///{tmp_path}/runs/s1/optuna.db")
+    assert len(study.trials) == len(children) and all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
+    assert all(t.intermediate_values for t in study.trials)  # ASHA's rungs saw them: the dev BLEU per epoch
+    optuna_files = {a.path for a in client.list_artifacts(parents[0].info.run_id, "optuna")}
+    assert {"optuna/optuna.db", "optuna/intermediate_values.png", "optuna/optimization_history.png"} <= optuna_files
     # the best config re-runs with platform.train
     best_yaml = client.download_artifacts(parents[0].info.run_id, "best_config.yaml", str(tmp_path))
     from platform.training.config import resolve_config

@@ -22,6 +22,7 @@ from platform.errors import UserError
 from platform.launch.driver import Job, run
 from platform.launch.spaces import Space, space_path
 from platform.tracking import runs, store
+from platform.launch.study import log_study, sweep_study
 from platform.tracking.logger import RunLogger
 from platform.tracking.tables import format_table, to_csv
 from platform.training.config import load_train_config, resolve
@@ -152,6 +153,7 @@ class Sweep:
     max_concurrent: int = 1
     parent_run_id: str = ""
     rows: list[dict[str, Any]] = field(default_factory=list)
+    searcher: Any = None  # this session's searcher, when it made it (not on --resume: Ray restores its own)
 
     @property
     def path(self) -> str:
@@ -189,11 +191,12 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
         return tuner.fit()
     scheduler = ASHAScheduler(time_attr="training_iteration", max_t=sweep.max_epochs, grace_period=1,
                               reduction_factor=2)
+    sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs)
     tuner = ray.tune.Tuner(
         trainable,
         tune_config=ray.tune.TuneConfig(
             metric=sweep.space.spec.metric, mode=sweep.space.spec.mode, num_samples=sweep.num_samples,
-            search_alg=make_searcher(sweep.space, sweep.seed, sweep.max_epochs), scheduler=scheduler,
+            search_alg=sweep.searcher, scheduler=scheduler,
             max_concurrent_trials=sweep.max_concurrent),
         run_config=ray.tune.RunConfig(
             name=sweep.name, storage_path=str(sweep.storage_path), verbose=None if verbose else 0,
@@ -377,6 +380,9 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
     paths = plots.sweep_plots(rows, histories, sweep.space.knobs, sweep.space.spec.metric, workdir, log_knobs)
     for path in paths:
         logger.artifact(path, "plots")
+    study = sweep_study(sweep.path, sweep.searcher)
+    if study is not None:  # the Optuna study, for optuna-dashboard, and Optuna's own plots
+        log_study(logger, study, sweep.name, sweep.path)
     return paths if local else []
 
 

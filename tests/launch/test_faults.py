@@ -151,6 +151,10 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     assert all(c.info.status == "FINISHED" for c in children), [(c.data.tags["trial_id"], c.info.status) for c in children]
     states = optuna_trial_states("dbsa", tmp_path / "runs" / "k1", 3)
     assert len(states) == 3 and set(states) <= {"COMPLETE", "PRUNED"}  # the study kept its history
+    import optuna  # and the saved copy is the whole study, trials of both sessions
+
+    saved = optuna.load_study(study_name="k1", storage=f"sqlite:///{tmp_path}/runs/k1/optuna.db")
+    assert [t.state.name for t in saved.trials] == states
 
 
 LOAD_SPACE = """\

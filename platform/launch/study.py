@@ -1,0 +1,98 @@
+"""The sweep's Optuna study, kept: an RDB storage (``optuna.db``, SQLite) beside the sweep and
+on its MLflow parent run, with Optuna's own plots.
+
+The searcher (``sweep.make_searcher``) keeps its study in memory, and Ray saves and restores it
+with the experiment, so ``--resume`` continues the same study; at the end of every session the
+whole study (trials, their states, the intermediate values ASHA's rungs saw) is copied into
+``optuna.db`` under the sweep's name, which ``optuna-dashboard sqlite:///…/optuna.db`` (the
+``dashboard`` extra) opens, and Optuna's plots are drawn from it: parameter importances,
+intermediate values, optimisation history, slices and contours.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+
+STUDY_FILE = "optuna.db"
+
+# Optuna's matplotlib plots: file name → function name in optuna.visualization.matplotlib
+PLOTS = {
+    "param_importances": "plot_param_importances",
+    "intermediate_values": "plot_intermediate_values",
+    "optimization_history": "plot_optimization_history",
+    "slice": "plot_slice",
+    "contour": "plot_contour",
+}
+
+
+def sweep_study(sweep_path: str, searcher=None):
+    """The sweep's study: the live searcher's, else (a resumed session, whose searcher Ray
+    restored out of reach) the one Ray saved in the sweep's local directory; None if neither."""
+    if searcher is not None:
+        return searcher._ot_study
+    if "://" in sweep_path or not Path(sweep_path).is_dir():
+        return None
+    from ray.tune.search.optuna import OptunaSearch
+
+    saved = OptunaSearch()
+    try:
+        saved.restore_from_dir(sweep_path)  # the state Ray keeps in the experiment directory
+    except RuntimeError:  # none saved there
+        return None
+    return getattr(saved, "_ot_study", None)
+
+
+def save_study(study, name: str, directory: Path) -> Path:
+    """Copy ``study`` into ``directory/optuna.db`` as the study ``name`` (replacing an older
+    copy: written aside, then renamed)."""
+    import optuna
+
+    directory.mkdir(parents=True, exist_ok=True)
+    final, aside = directory / STUDY_FILE, directory / f".{STUDY_FILE}.tmp"
+    aside.unlink(missing_ok=True)
+    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
+                      to_storage=f"sqlite:///{aside}", to_study_name=name)
+    aside.replace(final)
+    return final
+
+
+def study_plots(study, directory: Path) -> list[Path]:
+    """Optuna's plots of ``study`` as PNGs in ``directory``; a plot Optuna refuses for this
+    study (too few trials or parameters) is left out rather than failing the sweep's end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna.visualization.matplotlib as optuna_plots
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, function in PLOTS.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Optuna marks its matplotlib backend experimental
+            try:
+                drawn = getattr(optuna_plots, function)(study)
+            except (ValueError, RuntimeError, ZeroDivisionError):  # too few trials for this plot
+                plt.close("all")
+                continue
+        figure = (drawn.flat[0] if hasattr(drawn, "flat") else drawn).figure
+        figure.set_size_inches(max(figure.get_size_inches()[0], 8), max(figure.get_size_inches()[1], 5))
+        path = directory / f"{name}.png"
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close("all")
+        written.append(path)
+    return written
+
+
+def log_study(logger, study, name: str, sweep_path: str) -> Path | None:
+    """Save the study (in the sweep's directory when it is local) and log it and its plots to
+    the sweep's parent run under ``optuna/``; returns the local ``optuna.db``."""
+    local = "://" not in sweep_path and Path(sweep_path).is_dir()
+    directory = Path(sweep_path) if local else Path(tempfile.mkdtemp(prefix="sweep-study-"))
+    saved = save_study(study, name, directory)
+    logger.artifact(saved, "optuna")
+    for path in study_plots(study, directory / "optuna_plots"):
+        logger.artifact(path, "optuna")
+    return saved

@@ -1,0 +1,44 @@
+"""The Optuna study kept: copied into SQLite under the sweep's name, with Optuna's plots."""
+
+import optuna
+
+from platform.launch.study import save_study, study_plots
+
+
+def a_study() -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=1))
+
+    def objective(trial):
+        lr, layer = trial.suggest_float("lr", 1e-4, 1e-2, log=True), trial.suggest_int("p_enc", 1, 2)
+        for epoch in range(3):
+            trial.report(lr * 100 * epoch + layer, epoch)
+        if lr < 3e-4:
+            raise optuna.TrialPruned()
+        return lr * 300 + layer
+
+    study.optimize(objective, n_trials=8)
+    return study
+
+
+def test_the_study_is_copied_whole_and_replaced_on_the_next_save(tmp_path):
+    study = a_study()
+    save_study(study, "sweep-a", tmp_path)
+    study.optimize(lambda trial: trial.suggest_float("lr", 1e-4, 1e-2, log=True) + trial.suggest_int("p_enc", 1, 2),
+                   n_trials=2)  # a resumed session: more trials
+    saved = save_study(study, "sweep-a", tmp_path)
+    loaded = optuna.load_study(study_name="sweep-a", storage=f"sqlite:///{saved}")
+    assert [t.state for t in loaded.trials] == [t.state for t in study.trials] and len(loaded.trials) == 10
+    assert [t.intermediate_values for t in loaded.trials] == [t.intermediate_values for t in study.trials]
+    assert {t.state.name for t in loaded.trials} == {"COMPLETE", "PRUNED"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["optuna.db"]  # no temporary left
+
+
+def test_optunas_plots_are_drawn_even_for_a_study_of_one_trial(tmp_path):
+    names = sorted(p.name for p in study_plots(a_study(), tmp_path / "full"))
+    assert names == ["contour.png", "intermediate_values.png", "optimization_history.png", "param_importances.png",
+                     "slice.png"]
+    single = optuna.create_study()
+    single.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    drawn = sorted(p.name for p in study_plots(single, tmp_path / "one"))  # never an error at the end of a sweep
+    assert "optimization_history.png" in drawn and all((tmp_path / "one" / name).stat().st_size for name in drawn)
