@@ -34,7 +34,10 @@ DRIVER_CPU = 0.1  # what each trial's function trainable (the trainer's driver) 
 # ----------------------------------------------------------------------------- the searcher
 
 
-def make_searcher(space: Space, seed: int, max_iterations: int):
+def make_searcher(space: Space, seed: int, max_iterations: int, scheduler=None):
+    """The sweep's searcher: Optuna's TPE through Ray's ``OptunaSearch``, telling pruned trials
+    as PRUNED; with ``scheduler`` (the sweep's ASHA) it also saves and restores that scheduler's
+    rungs with its own state (``scheduler_state``), which Ray does not (ray#30838)."""
     from ray.tune.search.optuna import OptunaSearch
 
     class PruneAwareOptunaSearch(OptunaSearch):
@@ -44,10 +47,29 @@ def make_searcher(space: Space, seed: int, max_iterations: int):
         ASHA (sweeps run without patience); Ray would report it COMPLETE with its early,
         low value.  Optuna's TPE treats pruned trials by their intermediate values instead."""
 
-        def __init__(self, *args, max_iterations: int, **kwargs):
+        def __init__(self, *args, max_iterations: int, scheduler=None, **kwargs):
             super().__init__(*args, **kwargs)
             self.max_iterations = max_iterations
+            self.scheduler = scheduler
             _check_internals(self)
+
+        def save(self, checkpoint_path: str) -> None:
+            """Ray saves the searcher with the experiment (and restores it on resume): the
+            scheduler's rungs go along, as plain data (the scheduler itself is Ray's own object)."""
+            scheduler = self.__dict__.pop("scheduler", None)
+            self.scheduler_rungs = scheduler_state(scheduler) if scheduler is not None else None
+            try:
+                super().save(checkpoint_path)
+            finally:
+                self.scheduler = scheduler
+
+        def restore(self, checkpoint_path: str) -> None:
+            scheduler = self.__dict__.get("scheduler")
+            super().restore(checkpoint_path)
+            self.scheduler = scheduler
+            saved = self.__dict__.get("scheduler_rungs")
+            if scheduler is not None and saved is not None:
+                restore_scheduler_state(scheduler, saved)
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
             from optuna.trial import TrialState
@@ -60,7 +82,27 @@ def make_searcher(space: Space, seed: int, max_iterations: int):
             self._completed_trials.add(trial_id)
 
     return PruneAwareOptunaSearch(space=space.define_by_run, metric=space.spec.metric, mode=space.spec.mode,
-                                  points_to_evaluate=space.first_points(), seed=seed, max_iterations=max_iterations)
+                                  points_to_evaluate=space.first_points(), seed=seed, max_iterations=max_iterations,
+                                  scheduler=scheduler)
+
+
+def scheduler_state(scheduler) -> dict[str, Any]:
+    """ASHA's decisions so far as plain data: per bracket, each rung's milestone and the
+    results recorded there by trial id, and how many trials it stopped."""
+    return {"brackets": [[[milestone, dict(recorded)] for milestone, recorded in bracket._rungs]
+                         for bracket in scheduler._brackets],
+            "num_stopped": scheduler._num_stopped}
+
+
+def restore_scheduler_state(scheduler, state: dict[str, Any]) -> None:
+    """Put saved rungs back into a freshly built (or restored, empty) ASHA with the same
+    settings, so a resumed sweep prunes exactly as an uninterrupted one."""
+    brackets = state["brackets"]
+    if [[m for m, _ in b._rungs] for b in scheduler._brackets] != [[m for m, _ in b] for b in brackets]:
+        raise UserError("the sweep's saved ASHA rungs do not match its scheduler settings (max epochs changed?)")
+    for bracket, saved in zip(scheduler._brackets, brackets):
+        bracket._rungs = [(milestone, dict(recorded)) for milestone, recorded in saved]
+    scheduler._num_stopped = state["num_stopped"]
 
 
 def _check_internals(searcher) -> None:
@@ -191,7 +233,7 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
         return tuner.fit()
     scheduler = ASHAScheduler(time_attr="training_iteration", max_t=sweep.max_epochs, grace_period=1,
                               reduction_factor=2)
-    sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs)
+    sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs, scheduler=scheduler)
     tuner = ray.tune.Tuner(
         trainable,
         tune_config=ray.tune.TuneConfig(

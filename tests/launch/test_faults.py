@@ -157,6 +157,59 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     assert [t.state.name for t in saved.trials] == states
 
 
+def saved_rungs(space_name: str, sweep_path: Path, max_epochs: int) -> dict[int, set[str]]:
+    """ASHA's rungs as the sweep saved them with its searcher: {milestone epoch: trial ids}."""
+    base = sweep.base_config(space_name, "smoke", [], max_epochs)
+    scheduler = sweep_asha(max_epochs)
+    searcher = sweep.make_searcher(load_space(space_name, base), seed=1, max_iterations=max_epochs, scheduler=scheduler)
+    searcher.restore_from_dir(str(sweep_path))
+    return {int(milestone): set(recorded) for milestone, recorded in scheduler._brackets[0]._rungs}
+
+
+def sweep_asha(max_epochs: int):
+    from ray.tune.schedulers import ASHAScheduler
+
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max_epochs, grace_period=1, reduction_factor=2)
+    scheduler.set_search_properties("dev_bleu", "max")
+    return scheduler
+
+
+def test_ashas_rungs_survive_an_interrupted_sweeps_resume(ray_cluster, demo_dataset, tmp_path):
+    """Ctrl-C once two trials passed ASHA's first rung: Tune saves the experiment and stops;
+    ``--resume`` restores the rungs with the searcher, so the trials recorded there before the
+    interruption are still there at the end and later trials are compared with them.  Ray alone
+    forgets them (ray#30838): the resumed trials continue from their epoch-1 checkpoints and
+    never report epoch 1 again."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = sweep_args(demo_dataset, tmp_path, "asha-resume", "--space", "dbsa", "--name", "a1", "--num-samples", "4",
+                      "--max-epochs", "3", "--max-concurrent", "2")
+    log = open(tmp_path / "driver.log", "w")
+    driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address",
+                               ray_cluster.get_runtime_context().gcs_address], cwd=ROOT, stdout=log,
+                              stderr=subprocess.STDOUT, env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True)
+
+    def past_the_first_rung() -> set[str]:
+        client, found = runs_of(uri, "asha-resume")
+        return {r.data.tags["trial_id"] for r in found if r.data.tags.get("mlflow.parentRunId")
+                and any(m.step == 1 for m in client.get_metric_history(r.info.run_id, "dev_bleu"))}
+
+    try:
+        wait_for(lambda: driver.poll() is None and len(past_the_first_rung()) >= 2, 300, "two trials past epoch 1")
+        time.sleep(5)  # Tune has surely taken those results (MLflow can be a moment ahead)
+        recorded_before = past_the_first_rung()
+        driver.send_signal(signal.SIGINT)  # what Ctrl-C does: Tune saves its state and stops
+        driver.wait(timeout=180)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=60)
+        log.close()
+    assert tune.main(args + ["--resume"]) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    rungs = saved_rungs("dbsa", tmp_path / "runs" / "a1", 3)
+    assert recorded_before <= rungs[1], (recorded_before, rungs)
+    assert len(rungs[1]) == 4  # every trial of both sessions was compared at the first rung
+
+
 LOAD_SPACE = """\
 # 12 trials on 2 cores: the baseline with one learning rate that makes the loss NaN
 model: transformer

@@ -6,7 +6,7 @@ from conftest import run_module
 from models import build_model
 from platform.errors import ConfigError, UserError
 from platform.launch.spaces import load_space
-from platform.launch.sweep import base_config, make_searcher
+from platform.launch.sweep import base_config, make_searcher, restore_scheduler_state, scheduler_state
 from platform.training.config import load_train_config
 from search_spaces import SPACES
 
@@ -124,3 +124,44 @@ def test_a_ray_whose_optuna_searcher_changed_is_named_at_start(monkeypatch):
     monkeypatch.setattr(OptunaSearch, "__init__", renamed)
     with pytest.raises(RuntimeError, match=r"OptunaSearch has no _ot_trials: .* tested range"):
         make_searcher(space, seed=0, max_iterations=4)
+
+
+def _asha(max_epochs: int):
+    from ray.tune.schedulers import ASHAScheduler
+
+    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max_epochs, grace_period=1, reduction_factor=2)
+    scheduler.set_search_properties("dev_bleu", "max")
+    return scheduler
+
+
+def test_ashas_rungs_are_saved_with_the_searcher_and_restored_into_a_fresh_scheduler(tmp_path):
+    """Ray saves the searcher with the experiment but not the scheduler (ray#30838): the rungs
+    go along with the searcher's state, so a resumed sweep's ASHA stops what it would have."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    space = load_space("gumbel", base_config("gumbel", "sweep", [], None))
+    scheduler = _asha(4)
+    searcher = make_searcher(space, seed=0, max_iterations=4, scheduler=scheduler)
+    searcher.set_search_properties("dev_bleu", "max", {})
+    trials = [SimpleNamespace(trial_id=f"t{i}") for i in range(3)]
+    for trial, bleu in zip(trials, (10.0, 20.0, 30.0)):
+        scheduler.on_trial_add(None, trial)
+        assert scheduler.on_trial_result(None, trial, {"training_iteration": 1, "dev_bleu": bleu}) == TrialScheduler.CONTINUE
+    searcher.save_to_dir(str(tmp_path), session_str="s")
+    assert searcher.scheduler is scheduler  # saving did not take the scheduler away
+
+    resumed_scheduler = _asha(4)
+    resumed = make_searcher(space, seed=0, max_iterations=4, scheduler=resumed_scheduler)
+    resumed.restore_from_dir(str(tmp_path))
+    assert resumed.scheduler is resumed_scheduler
+    late = SimpleNamespace(trial_id="t3")
+    for asha in (scheduler, resumed_scheduler):  # a weak 4th trial: both stop it at the first rung
+        asha.on_trial_add(None, late)
+        assert asha.on_trial_result(None, late, {"training_iteration": 1, "dev_bleu": 5.0}) == TrialScheduler.STOP
+    fresh = _asha(4)  # what Ray's resume had before: empty rungs, the weak trial goes on
+    fresh.on_trial_add(None, late)
+    assert fresh.on_trial_result(None, late, {"training_iteration": 1, "dev_bleu": 5.0}) == TrialScheduler.CONTINUE
+    with pytest.raises(Exception, match="do not match"):
+        restore_scheduler_state(_asha(8), scheduler_state(scheduler))  # other max epochs: refused
