@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +79,15 @@ def make_searcher(space: Space, seed: int, max_iterations: int, scheduler=None):
                              and result.get("training_iteration", 0) < self.max_iterations)
             if not stopped_early or trial_id in self._completed_trials:
                 return super().on_trial_complete(trial_id, result, error)
-            self._ot_study.tell(self._ot_trials[trial_id], state=TrialState.PRUNED)
+            trial = self._ot_trials[trial_id]
+            if self.metric in result:
+                # Tune passes the result that made ASHA stop the trial here, not to on_trial_result:
+                # Optuna keeps it as the pruned trial's last intermediate value (what TPE weighs);
+                # a step already reported is ignored (Optuna's warning silenced)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    trial.report(result[self.metric], result["training_iteration"])
+            self._ot_study.tell(trial, state=TrialState.PRUNED)
             self._completed_trials.add(trial_id)
 
     return PruneAwareOptunaSearch(space=space.define_by_run, metric=space.spec.metric, mode=space.spec.mode,

@@ -94,6 +94,10 @@ def test_trials_stopped_early_are_told_to_optuna_as_pruned_not_complete():
     states = {t.number: t.state for t in ours._ot_study.trials}
     assert states == {0: TrialState.COMPLETE, 1: TrialState.PRUNED}
     assert ours._ot_study.trials[1].intermediate_values == {1: 0.5}
+    # Tune hands the result that made ASHA stop a trial to on_trial_complete only: still recorded
+    ours.suggest("direct")
+    ours.on_trial_complete("direct", {"dev_bleu": 0.25, "training_iteration": 1})
+    assert ours._ot_study.trials[2].state == TrialState.PRUNED and ours._ot_study.trials[2].intermediate_values == {1: 0.25}
     # Ray's own OptunaSearch would have told Optuna the stopped trial was COMPLETE with 0.5
     plain = OptunaSearch(space=space.define_by_run, metric="dev_bleu", mode="max", seed=0)
     _drive(plain, "stopped", [0.5])
