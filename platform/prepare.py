@@ -7,7 +7,10 @@
 ``PREFIX.LANG.conllu`` or ``PREFIX.LANG.conllu.gz`` is read for each side.  The third form
 encodes new data with an existing dataset's subword models (to evaluate a trained model on it).
 The output directory appears only when everything succeeded (written to a temporary sibling,
-then renamed); an existing one is kept unless ``--overwrite`` is given.
+then renamed); an existing one is kept unless ``--overwrite`` is given.  ``--out`` may be a URI
+(``s3://bucket/prefix``, anything ``pyarrow.fs`` opens): the dataset is prepared in a local
+temporary directory, then uploaded with its ``COMMITTED`` marker last (``data.storage``);
+``--subwords-from``, ``--train``/``--dev``/``--test`` read URIs too.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from platform import config as config_io
 from platform.data import dataset as ds
-from platform.data import demo
+from platform.data import demo, storage
 from platform.data.encode import PrepareConfig, prepare, prepare_demo
 from platform.errors import UserError, run_cli
 
@@ -74,13 +78,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr))
     progress = not args.quiet and sys.stderr.isatty()
+    if not storage.is_uri(args.out):
+        return _prepare(args, args.out, log, progress)
+    target = storage.locate(args.out)  # a one-line error if it cannot be opened, before any work
+    if target.exists() and not args.overwrite:
+        raise UserError(f"{target} already exists; pass --overwrite to replace it")
+    with tempfile.TemporaryDirectory(prefix="nmt-prepare-") as scratch:
+        local = Path(scratch) / "dataset"
+        _prepare(args, str(local), log, progress)
+        storage.publish(local, target.uri, overwrite=args.overwrite, log=log)
+    return 0
+
+
+def _prepare(args: argparse.Namespace, out: str, log, progress: bool) -> int:
     if args.data == "demo":
         if args.train or args.dev or args.test or args.subwords_from:
             raise UserError("--data demo generates its own splits; drop --train/--dev/--test/--subwords-from")
         named = demo.LEXICONS.get(args.demo_lexicon)
         config = config_from_args(args, demo.SRC_LANG, demo.TGT_LANG,
                                   default_vocab=named.vocab_size if named else demo.LEXICONS["large"].vocab_size)
-        prepare_demo(args.out, config, demo.config_from_args(args.demo_sizes, args.seed, args.demo_lexicon),
+        prepare_demo(out, config, demo.config_from_args(args.demo_sizes, args.seed, args.demo_lexicon),
                      overwrite=args.overwrite, progress=progress, log=log)
         return 0
     if not args.src or not args.tgt:
@@ -94,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.train or not args.dev:
             raise UserError("--train and --dev are required (or --data demo, or --subwords-from DIR)")
         config = config_from_args(args, args.src, args.tgt, default_vocab=8000)
-    prepare(config, prefixes, args.out, subwords_from=args.subwords_from, overwrite=args.overwrite,
+    prepare(config, prefixes, out, subwords_from=args.subwords_from, overwrite=args.overwrite,
             progress=progress, log=log)
     return 0
 
@@ -104,7 +121,7 @@ def _reused_config(directory: str, src: str, tgt: str, max_len: int) -> PrepareC
     meta = ds.read_meta(directory)
     if (meta["src_lang"], meta["tgt_lang"]) != (src, tgt):
         raise UserError(f"{directory} is {meta['src_lang']}->{meta['tgt_lang']}, not {src}->{tgt}")
-    stored = config_io.load(PrepareConfig, Path(directory) / ds.CONFIG_FILE)
+    stored = config_io.from_dict(PrepareConfig, config_io.yaml_load(ds.read_config_text(directory)) or {})
     return dataclasses.replace(stored, max_len=max_len)
 
 

@@ -21,7 +21,8 @@ from models import MODELS
 from platform import config as config_io
 from platform.data.dataset import resolve_dataset
 from platform.errors import UserError, run_cli
-from platform.launch.cluster import default_cpus_per_worker, storage_uri
+from platform.launch import reach
+from platform.launch.cluster import default_cpus_per_worker, start_ray, storage_uri
 from platform.launch.driver import Job, run
 from platform.tracking import runs
 from platform.tracking.store import resolve_tracking_uri
@@ -81,10 +82,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.name} has finished already (MLflow run {done} in experiment {args.experiment!r}); "
               f"nothing to do: another --name trains anew")
         return 0
-    job = Job(dataset_dir=resolve_dataset(args.data), workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+    dataset, storage = resolve_dataset(args.data), storage_uri(args.storage_path)
+    start_ray(args.address)
+    job = Job(dataset_dir=reach.for_every_node(dataset, storage), data=dataset, workers=args.workers,
+              gpus_per_worker=args.gpus_per_worker,
               cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
-              tracking_uri=tracking_uri,
-              run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage_uri(args.storage_path),
+              tracking_uri=tracking_uri, run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage,
               max_failures=args.max_failures, started_at=started_at)
     run_id = run(config, job, ray_address=args.address, tags={"recipe": recipe, **(named or {})}, reuse=named)
     print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")

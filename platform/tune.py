@@ -27,6 +27,7 @@ from typing import Any
 from platform import config as config_io
 from platform.data.dataset import resolve_dataset
 from platform.errors import UserError, run_cli
+from platform.launch import reach
 from platform.launch.cluster import start_ray, storage_uri
 from platform.launch.spaces import Space, load_space
 from platform.launch.console import console_log_path, make_console, quiet_logging
@@ -121,7 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     dataset_dir = resolve_dataset(args.data)
     start_ray(args.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves one CPU for trial drivers
               log_to_driver=args.verbose)
-    job = {"dataset_dir": dataset_dir, "workers": args.workers_per_trial, "gpus_per_worker": args.gpus_per_worker,
+    job = {"dataset_dir": reach.for_every_node(dataset_dir, storage), "data": dataset_dir,
+           "workers": args.workers_per_trial, "gpus_per_worker": args.gpus_per_worker,
            "cpus_per_worker": args.cpus_per_worker, "experiment": args.experiment, "tracking_uri": tracking_uri,
            "storage_path": storage, "max_failures": 1, "git_commit": runs.git_commit()}
     fits = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, args.gpus_per_worker)

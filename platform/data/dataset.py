@@ -6,12 +6,17 @@
     DIR/meta.json                                   counts, vocab sizes, input hashes, command
 
 Everything else (preparing, training, evaluation, diagnostics) goes through the functions
-below, so reading datasets from another place (object storage) changes this module only.
+below.  A dataset is addressed by a local path or a URI (``s3://bucket/prefix``, ``gs://...``:
+anything ``pyarrow.fs`` opens, through ``data.storage``); reads go to either, writes are local
+(``prepare --out s3://...`` prepares locally, then ``storage.publish`` uploads it, its commit
+marker last).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from platform import atomic
+from platform.data import storage
 from platform.data.batching import LIST_COLUMNS, TEXT_COLUMNS, ParquetExamples
 from platform.errors import InputError, UserError
 
@@ -59,27 +65,40 @@ def split_path(directory: str | Path, split: str) -> Path:
 
 
 def read_meta(directory: str | Path) -> dict[str, Any]:
-    path = Path(directory) / META_FILE
+    location = storage.locate(directory)
+    path = location.child(META_FILE)
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{directory}: not a prepared dataset (no {META_FILE}); run python -m platform.prepare") from None
+        raise UserError(f"{location}: not a prepared dataset (no {META_FILE}); run python -m platform.prepare") from None
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: unreadable dataset metadata: {error}") from None
+    if not storage.is_committed(location):
+        raise UserError(f"{location}: an incomplete upload (no {storage.COMMITTED} marker); "
+                        f"prepare it again with --overwrite")
     if meta.get("format_version") != FORMAT_VERSION:
         raise UserError(f"{path}: dataset format {meta.get('format_version')!r}, this code reads {FORMAT_VERSION} "
                         f"({FORMAT_CHANGES[FORMAT_VERSION]}); prepare it again")
     return meta
 
 
+def read_config_text(directory: str | Path) -> str:
+    """The dataset's resolved PrepareConfig, as YAML text."""
+    return storage.locate(directory).child(CONFIG_FILE).read_bytes().decode("utf-8")
+
+
 def split_exists(directory: str | Path, split: str) -> bool:
-    return split_path(directory, split).exists()
+    return storage.locate(directory).child(f"{split}.parquet").exists()
 
 
 def read_examples(directory: str | Path, split: str) -> ParquetExamples:
     """One split of a prepared dataset, loaded for batching."""
-    path = split_path(directory, split)
-    return ParquetExamples(pq.read_table(path, columns=list(LIST_COLUMNS + TEXT_COLUMNS)), name=str(path))
+    location = storage.locate(directory).child(f"{split}.parquet")
+    try:
+        table = pq.read_table(location.path, filesystem=location.fs, columns=list(LIST_COLUMNS + TEXT_COLUMNS))
+    except FileNotFoundError:
+        raise UserError(f"{location}: file not found") from None
+    return ParquetExamples(table, name=location.uri)
 
 
 def write_split(directory: str | Path, split: str, table: pa.Table, row_group_size: int = 4096) -> Path:
@@ -90,7 +109,11 @@ def write_split(directory: str | Path, split: str, table: pa.Table, row_group_si
 
 
 def read_subword_model(directory: str | Path, side: str) -> bytes:
-    return subword_model_path(directory, side).read_bytes()
+    location = storage.locate(directory).child(f"{side}.model")
+    try:
+        return location.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{location}: file not found") from None
 
 
 def write_subword_model(directory: str | Path, side: str, blob: bytes) -> None:
@@ -108,28 +131,29 @@ def write_meta(directory: str | Path, meta: dict[str, Any]) -> None:
 def read_meta_unchecked(directory: str | Path) -> dict[str, Any] | None:
     """The metadata as written, whatever its format (None if absent or unreadable)."""
     try:
-        return json.loads((Path(directory) / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return json.loads(storage.locate(directory).child(META_FILE).read_bytes().decode("utf-8"))
+    except (OSError, ValueError, UserError):
         return None
 
 
 DEMO_NAMES = {"demo": "small", "demo-large": "large"}  # --data names of the built-in corpus (data/demo.LEXICONS)
 
 
-def resolve_dataset(data: str, quiet: bool = False) -> Path:
-    """A ``--data`` argument as a prepared dataset directory: ``demo`` (``demo-large``) → the
+def resolve_dataset(data: str, quiet: bool = False) -> str:
+    """A ``--data`` argument as a prepared dataset's location: ``demo`` (``demo-large``) → the
     built-in corpus, prepared once into ./data/demo (./data/demo-large); else a prepared
-    directory with train and dev splits (a clear error otherwise)."""
+    dataset (a local directory, made absolute, or a URI) with train and dev splits (a clear
+    error otherwise)."""
     if data in DEMO_NAMES:
         from platform.data.encode import prepare_default_demo
 
-        return prepare_default_demo(quiet, lexicon=DEMO_NAMES[data])
-    directory = Path(data)
-    read_meta(directory)  # a clear error if it is not a prepared dataset
+        return str(prepare_default_demo(quiet, lexicon=DEMO_NAMES[data]))
+    location = storage.locate(data)
+    read_meta(location.uri)  # a clear error if it is not a prepared dataset
     for split in ("train", "dev"):
-        if not split_exists(directory, split):
-            raise UserError(f"{directory}: no {split}.parquet; training needs train and dev splits")
-    return directory.resolve()
+        if not split_exists(location.uri, split):
+            raise UserError(f"{location}: no {split}.parquet; training needs train and dev splits")
+    return location.uri
 
 
 @dataclass
@@ -137,7 +161,7 @@ class PreparedDataset:
     """A prepared dataset as training needs it: metadata, the train (and dev) examples, and the
     subword models' bytes (saved into every checkpoint)."""
 
-    directory: Path
+    directory: str  # a local path or a URI
     meta: dict[str, Any]
     train: ParquetExamples
     dev: ParquetExamples | None
@@ -145,7 +169,7 @@ class PreparedDataset:
 
     @classmethod
     def open(cls, directory: str | Path, with_dev: bool = True) -> "PreparedDataset":
-        directory = Path(directory)
+        directory = storage.locate(directory).uri
         meta = read_meta(directory)
         dev = read_examples(directory, "dev") if with_dev else None
         blobs = {side: read_subword_model(directory, side) for side in ("src", "tgt")}
@@ -155,34 +179,51 @@ class PreparedDataset:
 # ------------------------------------------------------------------ inputs (CoNLL-U, text)
 
 
-def conllu_path(prefix: str | Path, lang: str) -> Path:
-    """``PREFIX.LANG.conllu`` or ``PREFIX.LANG.conllu.gz``, whichever exists (not both)."""
-    plain = Path(f"{prefix}.{lang}.conllu")
-    packed = Path(f"{plain}.gz")
+def conllu_path(prefix: str | Path, lang: str) -> str:
+    """``PREFIX.LANG.conllu`` or ``PREFIX.LANG.conllu.gz``, whichever exists (not both); a local
+    path or a URI."""
+    plain = storage.locate(f"{prefix}.{lang}.conllu")
+    packed = storage.locate(f"{plain.uri}.gz")
     if plain.exists() and packed.exists():
         raise UserError(f"both {plain} and {packed} exist; remove one")
     if plain.exists():
-        return plain
+        return plain.uri
     if packed.exists():
-        return packed
+        return packed.uri
     raise UserError(f"{plain}[.gz]: file not found")
 
 
 def open_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` of a UTF-8 text file, gzip-compressed if it ends in .gz."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
+    """Yield ``(line_number, line)`` of a UTF-8 text file (local or a URI), gzip-compressed if
+    it ends in .gz."""
+    name = str(path)
     try:
-        with opener(path, "rb") as handle:
+        with _open_binary(name) as raw_handle:
+            handle = gzip.GzipFile(fileobj=raw_handle) if name.endswith(".gz") else raw_handle
             for number, raw in enumerate(handle, start=1):
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    raise InputError(path, number, f"invalid UTF-8 (byte {error.start + 1} of the line)") from None
+                    raise InputError(name, number, f"invalid UTF-8 (byte {error.start + 1} of the line)") from None
                 if number == 1 and line.startswith("\ufeff"):
                     line = line[1:]
                 yield number, line.rstrip("\r\n")
     except FileNotFoundError:
-        raise InputError(path, None, "file not found") from None
+        raise InputError(name, None, "file not found") from None
     except (OSError, EOFError) as error:  # corrupt gzip, permission denied, a directory...
-        raise InputError(path, None, f"cannot read: {error}") from None
+        raise InputError(name, None, f"cannot read: {error}") from None
+
+
+def input_sha256(path: str | Path) -> str:
+    """The sha256 of an input file (local or a URI), recorded in the dataset's metadata."""
+    digest = hashlib.sha256()
+    with _open_binary(str(path)) as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _open_binary(name: str):
+    if storage.is_uri(name):
+        return io.BytesIO(storage.locate(name).read_bytes())
+    return open(name, "rb")

@@ -8,7 +8,6 @@ command over these.
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import shutil
 import sys
@@ -60,7 +59,7 @@ class Corpus:
 
     src: list[Sentence]
     tgt: list[Sentence]
-    files: tuple[Path, Path]
+    files: tuple[str, str]  # local paths or URIs
 
 
 Log = Callable[[str], None]
@@ -137,14 +136,6 @@ def learn_models(train: Corpus, config: PrepareConfig) -> dict[str, bytes]:
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def check_output(out: Path, overwrite: bool) -> None:
@@ -235,7 +226,7 @@ def _write_all(tmp, config, corpora, models, models_bytes, progress, log) -> dic
         "vocab_size": {"src": len(models[0]), "tgt": len(models[1])},
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         "splits": splits,
-        "inputs_sha256": {str(p): sha256_file(p) for c in corpora.values() for p in c.files},
+        "inputs_sha256": {str(p): ds.input_sha256(p) for c in corpora.values() for p in c.files},
         "subword_library": f"sentencepiece {sentencepiece.__version__}",
         "config": config_io.to_dict(config),
         "command": shlex.join([Path(sys.executable).name, "-m", "platform.prepare", *sys.argv[1:]]),

@@ -9,8 +9,6 @@ once, here), not as data to load again.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
 from platform import config as config_io
 from platform.data import dataset as ds
 from platform.errors import UserError
@@ -25,7 +23,7 @@ from platform.training.config import TrainConfig
 class Job:
     """Everything a training run needs besides the config: where and how it runs."""
 
-    dataset_dir: Path
+    dataset_dir: str  # where the workers read the dataset (a path or URI; on a cluster, maybe its copy)
     workers: int
     gpus_per_worker: float
     cpus_per_worker: float
@@ -36,6 +34,7 @@ class Job:
     max_failures: int
     started_at: float | None = None  # time.time() of the launch: the first epoch logs startup_s from it
     git_commit: str = ""  # the launching driver's commit (a trial runs in Ray's copy, without .git)
+    data: str = ""  # the dataset as the user named it (resolved), if the workers read a copy
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
@@ -49,7 +48,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     config_yaml = config_io.dump_yaml(config)
     extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
              "git_commit": job.git_commit or runs.git_commit(), "dataset_sha256": runs.dataset_sha256(meta),
-             "data": str(job.dataset_dir)}
+             "data": job.data or str(job.dataset_dir)}
     tags = {"model": config.model.name, **(tags or {})}
     start_ray(ray_address)
     start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
@@ -57,7 +56,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     if run_id is None:
         run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
                                 tags, config_yaml, parent_run_id)
-        runs.log_dataset_inputs(job.tracking_uri, run_id, str(job.dataset_dir), meta)
+        runs.log_dataset_inputs(job.tracking_uri, run_id, job.data or str(job.dataset_dir), meta)
     try:
         _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:

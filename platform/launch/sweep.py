@@ -19,6 +19,7 @@ from typing import Any
 
 from platform import atomic
 from platform import config as config_io
+from platform.data import storage
 from platform.errors import UserError
 from platform.launch.driver import Job, run
 from platform.launch.spaces import Space, space_path
@@ -345,8 +346,11 @@ def _rerun_flags(sweep: Sweep) -> str:
     from platform.data.encode import DEMO_DIR
 
     flags = ""
-    if Path(sweep.job["dataset_dir"]).resolve() != DEMO_DIR.resolve():
-        flags += f" --data {_relative(Path(sweep.job['dataset_dir']))}"
+    data = sweep.job.get("data") or sweep.job["dataset_dir"]
+    if storage.is_uri(data):
+        flags += f" --data {data}"
+    elif Path(data).resolve() != DEMO_DIR.resolve():
+        flags += f" --data {_relative(Path(data))}"
     if sweep.experiment != "syntax-nmt":
         flags += f" --experiment {sweep.experiment}"
     if sweep.tracking_uri != store.default_tracking_uri():

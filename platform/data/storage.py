@@ -1,0 +1,168 @@
+"""Where dataset files live: a local path or any URI ``pyarrow.fs`` opens (``s3://``,
+``gs://``, ``hdfs://``...).  ``data.dataset`` reads and writes through ``Location``; nothing else
+opens dataset files.
+
+Endpoints and credentials come from where pyarrow (the AWS SDK) looks for them:
+``AWS_ENDPOINT_URL`` (MinIO, moto and other S3-compatible stores), the AWS credential chain
+(environment, ``~/.aws``, an instance profile) and the URI's own options
+(``s3://bucket/prefix?endpoint_override=...&region=...``).
+
+Object stores have no atomic rename, so a dataset written to one (``publish``) gets its
+``COMMITTED`` marker last: readers refuse a remote directory without it (an upload that died
+midway), and ``--overwrite`` removes the marker before anything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from platform.errors import UserError
+
+COMMITTED = "COMMITTED"  # written last by publish(): the directory is complete
+
+
+def is_uri(location: str | Path) -> bool:
+    """Whether ``location`` names a remote store (``scheme://``) rather than a local path."""
+    text = str(location)
+    return "://" in text and not text.startswith("file://")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A file or directory: its ``pyarrow.fs`` filesystem, its path there, and its URI as shown."""
+
+    fs: object  # pyarrow.fs.FileSystem
+    path: str
+    uri: str
+
+    @property
+    def local(self) -> bool:
+        from pyarrow.fs import LocalFileSystem
+
+        return isinstance(self.fs, LocalFileSystem)
+
+    def child(self, name: str) -> "Location":
+        return Location(self.fs, f"{self.path.rstrip('/')}/{name}", f"{self.uri.rstrip('/')}/{name}")
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def exists(self) -> bool:
+        from pyarrow.fs import FileType
+
+        return self._info().type != FileType.NotFound
+
+    def is_dir(self) -> bool:
+        from pyarrow.fs import FileType
+
+        return self._info().type == FileType.Directory
+
+    def read_bytes(self) -> bytes:
+        try:
+            with self.fs.open_input_stream(self.path) as stream:
+                return stream.read()
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            if "not found" in str(error).lower() or "no such" in str(error).lower():
+                raise FileNotFoundError(self.uri) from None
+            raise UserError(f"{self.uri}: cannot read: {_first_line(error)}") from None
+
+    def write_bytes(self, data: bytes) -> None:
+        try:
+            with self.fs.open_output_stream(self.path) as stream:
+                stream.write(data)
+        except OSError as error:
+            raise UserError(f"{self.uri}: cannot write: {_first_line(error)}") from None
+
+    def delete(self) -> None:
+        """Remove this file or directory tree (nothing if absent)."""
+        try:
+            if self.is_dir():
+                self.fs.delete_dir(self.path)
+            elif self.exists():
+                self.fs.delete_file(self.path)
+        except OSError as error:
+            raise UserError(f"{self.uri}: cannot delete: {_first_line(error)}") from None
+
+    def _info(self):
+        try:
+            return self.fs.get_file_info(self.path)
+        except OSError as error:
+            raise UserError(f"{self.uri}: cannot open: {_first_line(error)}") from None
+
+
+def locate(location: str | Path) -> Location:
+    """A ``--data``/``--out``/``--test`` argument as a ``Location``: local paths made absolute,
+    URIs opened with ``pyarrow.fs`` — one that cannot be opened is a one-line error (never a
+    local directory named after it)."""
+    from pyarrow.fs import FileSystem, LocalFileSystem
+
+    text = str(location)
+    if not is_uri(text):
+        path = Path(text[len("file://"):] if text.startswith("file://") else text).expanduser().resolve()
+        return Location(LocalFileSystem(), str(path), str(path))
+    try:
+        fs, path = FileSystem.from_uri(text)
+    except (ValueError, OSError, TypeError) as error:  # ArrowInvalid is a ValueError
+        raise UserError(f"{text}: cannot open this location: {_first_line(error)}") from None
+    return Location(fs, path.rstrip("/"), text.split("?", 1)[0].rstrip("/"))
+
+
+def is_committed(directory: Location) -> bool:
+    """A remote dataset directory is complete; local ones are (they appear by an atomic rename)."""
+    return directory.local or directory.child(COMMITTED).exists()
+
+
+def publish(local_dir: str | Path, destination: str | Path, *, overwrite: bool = False,
+            log=lambda message: None) -> Location:
+    """Copy the complete directory ``local_dir`` to ``destination`` (local or remote), the
+    ``COMMITTED`` marker last; an existing complete copy is refused unless ``overwrite``."""
+    from pyarrow.fs import FileSelector, LocalFileSystem
+
+    target = locate(destination)
+    if target.exists() and not overwrite:
+        raise UserError(f"{target} already exists; pass --overwrite to replace it")
+    if target.exists():
+        target.child(COMMITTED).delete()  # readers see an incomplete dataset, never a mixed one
+        target.delete()
+    source = LocalFileSystem()
+    files = [info for info in source.get_file_info(FileSelector(str(Path(local_dir).resolve()), recursive=True))
+             if info.is_file]
+    digest, total = hashlib.sha256(), 0
+    try:
+        target.fs.create_dir(target.path, recursive=True)
+        for info in sorted(files, key=lambda i: i.path):
+            relative = Path(info.path).relative_to(Path(local_dir).resolve()).as_posix()
+            data = Path(info.path).read_bytes()
+            parent = Path(relative).parent.as_posix()
+            if parent != ".":
+                target.fs.create_dir(target.child(parent).path, recursive=True)
+            target.child(relative).write_bytes(data)
+            digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
+            total += len(data)
+    except OSError as error:
+        raise UserError(f"{target}: cannot write: {_first_line(error)}") from None
+    marker = {"files": len(files), "bytes": total, "sha256": digest.hexdigest()}
+    target.child(COMMITTED).write_bytes((json.dumps(marker) + "\n").encode())
+    log(f"wrote {target}: {len(files)} files, {total / 1e6:.1f} MB")
+    return target
+
+
+def directory_sha256(local_dir: str | Path) -> tuple[str, int]:
+    """The sha256 of a local directory's files (names and contents) and their total size."""
+    root = Path(local_dir).resolve()
+    digest, total = hashlib.sha256(), 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(data).digest())
+        total += len(data)
+    return digest.hexdigest(), total
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

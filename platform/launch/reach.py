@@ -1,0 +1,98 @@
+"""What every node of a multi-node cluster must reach, checked (and arranged) by the driver
+before any training starts: the ``--storage-path`` and the dataset.
+
+On one machine every path is shared, so nothing happens.  On a cluster of several nodes
+(``ray up``, or nodes that share no disk):
+
+* the storage path must be reachable from every node (Ray Train V2 writes checkpoints there
+  from the workers and reads them back on restarts): the driver writes a probe file and a task
+  on each node looks for it; a node that cannot see it is a one-line error naming the node.
+* a local dataset (the demo corpus included) is copied once into the storage, under
+  ``datasets/<sha256 of its files>`` (``storage.publish``: its marker last, so a copy that
+  died midway is done again), and the workers read it from there; a URI dataset is used as is.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from platform.data import storage
+from platform.errors import UserError
+
+
+def worker_nodes() -> list[dict]:
+    """The alive nodes a Train worker or trial may land on (with CPUs or GPUs), this one included."""
+    import ray
+
+    return [node for node in ray.nodes() if node.get("Alive")
+            and (node.get("Resources", {}).get("CPU", 0) > 0 or node.get("Resources", {}).get("GPU", 0) > 0)]
+
+
+def multi_node() -> bool:
+    """Whether work may run on a node other than the driver's (the head of a ``ray up`` cluster
+    with ``--num-cpus 0`` counts: then every worker is elsewhere)."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    return any(node["NodeID"] != here for node in worker_nodes())
+
+
+def for_every_node(dataset: str, storage_path: str, log=print) -> str:
+    """Check that every node reaches ``storage_path``; return where the workers read the
+    dataset (``dataset`` itself, or its copy under the storage on a multi-node cluster)."""
+    if not multi_node():
+        return dataset
+    check_storage(storage_path)
+    if storage.is_uri(dataset):
+        return dataset
+    return ship_dataset(dataset, storage_path, log)
+
+
+def check_storage(storage_path: str) -> None:
+    """A probe file written here must be visible from every node, before any training."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    root = storage.locate(storage_path)
+    try:
+        root.fs.create_dir(root.path, recursive=True)
+    except OSError as error:
+        raise UserError(f"--storage-path {storage_path}: cannot create it: {error}") from None
+    probe = root.child(f".reachable-{uuid.uuid4().hex[:12]}")
+    probe.write_bytes(b"written by the driver; looked for from every node\n")
+    try:
+        nodes = worker_nodes()
+        seen = ray.get([
+            ray.remote(num_cpus=0)(_sees).options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)).remote(probe.uri)
+            for node in nodes])
+    finally:
+        probe.delete()
+    blind = [f"{node.get('NodeManagerAddress')} ({why})" for node, why in zip(nodes, seen) if why]
+    if blind:
+        raise UserError(f"--storage-path {storage_path}: not reachable from node {', '.join(blind)}; a multi-node "
+                        f"cluster needs storage every node reaches: s3://bucket/prefix, gs://..., or a shared "
+                        f"file system mounted at the same path on every node")
+
+
+def _sees(uri: str) -> str | None:
+    """On one node: None if ``uri`` exists there, else why not."""
+    from platform.data import storage as node_storage
+
+    try:
+        return None if node_storage.locate(uri).exists() else "the driver's probe file is not there"
+    except Exception as error:  # noqa: BLE001 - any failure is the answer
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def ship_dataset(dataset: str, storage_path: str, log=print) -> str:
+    """Copy the local dataset once to ``STORAGE/datasets/<sha256>`` (kept and reused by later
+    runs on the same files); returns its URI."""
+    digest, size = storage.directory_sha256(dataset)
+    target = storage.locate(storage_path).child("datasets").child(digest[:16])
+    if target.child(storage.COMMITTED).exists():
+        log(f"data: the workers read {dataset} from its copy {target.uri} (made by an earlier run)")
+        return target.uri
+    storage.publish(dataset, target.uri, overwrite=target.exists())
+    log(f"data: copied {dataset} ({size / 1e6:.1f} MB) to {target.uri}, which every node of the cluster reads")
+    return target.uri
