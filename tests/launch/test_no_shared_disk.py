@@ -1,0 +1,281 @@
+"""A Ray cluster whose worker node cannot see the head's files, as on ``ray up`` machines that
+share no disk: two real nodes on this machine, the second started in its own mount namespace
+in which the checkout (and its virtual environment's path, bound back alone), pytest's
+temporary directories (every test's working directory, MLflow store and demo corpus) are
+hidden under empty tmpfs mounts.  The head has no CPUs, so every trial and Train worker runs on
+the other node.  One shared directory outside those stands for a shared file system, and a real
+S3-compatible server (moto) on loopback for object storage.
+
+The pytest session's own local cluster is shut down for this module and started again after
+it: never two clusters on the machine at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+ROOT = Path(__file__).resolve().parents[2]
+BUCKET = "nmt"
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def hidden_node_script(hide: list[Path], keep: Path, address: str, num_cpus: int) -> str:
+    """The worker node's start: in a private mount namespace, empty tmpfs over every hidden
+    directory, the interpreter's environment bound back at its own path if it lay inside one."""
+    prefix = Path(sys.prefix).resolve()
+    lines = ["set -euo pipefail"]
+    inside = any(prefix.is_relative_to(directory) for directory in hide)
+    if inside:
+        lines.append(f"mount --bind {prefix} {keep}")
+    lines += [f"mount -t tmpfs -o size=1m,mode=755 nmt-hidden {directory}" for directory in hide]
+    if inside:
+        lines += [f"mkdir -p {prefix}", f"mount --bind {keep} {prefix}"]
+    ray = Path(sys.executable).parent / "ray"
+    lines.append(f"exec {ray} start --address={address} --num-cpus={num_cpus} --disable-usage-stats")
+    return "\n".join(lines)
+
+
+PROBE = textwrap.dedent("""
+    import json, os, sys, time
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+    deadline = time.time() + 120
+    while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    head = ray.get_runtime_context().get_node_id()
+    other = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head][0]
+    sees = ray.get(ray.remote(num_cpus=0)(lambda paths: {p: os.path.exists(p) for p in paths}).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=other, soft=False)).remote(sys.argv[2:]))
+    print(json.dumps({"head": head, "worker": other, "sees": sees}))
+""")
+
+
+class HiddenNodeCluster:
+    """``ray start --head --num-cpus 0`` here, and a 4-CPU worker node that sees none of ``hide``."""
+
+    def __init__(self, hide: list[Path], env: dict[str, str]):
+        self.hide, self.env = hide, env
+        self.keep = Path(tempfile.mkdtemp(prefix="nmt-keep-venv-"))
+        from ray._private.services import get_node_ip_address
+
+        self.address = f"{get_node_ip_address()}:{free_port()}"
+        self.head = self.worker = ""
+
+    def start(self) -> dict:
+        ray = str(Path(sys.executable).parent / "ray")
+        port = self.address.rsplit(":", 1)[1]
+        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", "--dashboard-host=127.0.0.1",
+                        f"--dashboard-port={free_port()}", "--disable-usage-stats"],
+                       env=self.env, check=True, capture_output=True, timeout=180)
+        script = hidden_node_script(self.hide, self.keep, self.address, num_cpus=4)
+        started = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+                                 env=self.env, capture_output=True, text=True, timeout=180)
+        assert started.returncode == 0, started.stderr[-3000:]
+        marker = self.hide[-1] / "visible-from-the-head"
+        marker.write_text("the worker node must not see this\n")
+        looked_for = [ROOT / "pyproject.toml", ROOT / "platform", marker]
+        assert all(path.exists() for path in looked_for)  # here, on the head
+        probe = subprocess.run([sys.executable, "-c", PROBE, self.address, *map(str, looked_for)],
+                               env=self.env, capture_output=True, text=True, timeout=180)
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        found = json.loads(probe.stdout.strip().splitlines()[-1])
+        self.head, self.worker = found["head"], found["worker"]
+        return found["sees"]
+
+    def stop(self) -> None:
+        ray = str(Path(sys.executable).parent / "ray")
+        subprocess.run([ray, "stop", "--force"], env=self.env, capture_output=True, timeout=120)
+        shutil.rmtree(self.keep, ignore_errors=True)
+
+
+class MotoServer:
+    """A real S3-compatible endpoint (moto's standalone server) on 127.0.0.1."""
+
+    def __init__(self):
+        self.port, self.process = free_port(), None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, env: dict[str, str]) -> None:
+        server = Path(sys.executable).parent / "moto_server"
+        self.process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        import urllib.request
+
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=2)
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("moto_server did not start")
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """The two-node cluster (and the S3 server) for this module; the session's local cluster,
+    if this process runs one, is shut down first and started again afterwards."""
+    import ray
+
+    pytest.importorskip("moto", reason="moto[server] (the dev extra) provides the S3-compatible test server")
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare(1) for the worker node's mount namespace")
+    restart = ray.is_initialized()
+    if restart:
+        ray.shutdown()
+    s3 = MotoServer()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+           "AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    env.pop("PYTHONPATH", None)
+    s3.start(env)
+    import boto3
+
+    boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    shared = Path(tempfile.mkdtemp(prefix="nmt-shared-storage-"))  # a shared file system: both nodes see it
+    hidden = HiddenNodeCluster([ROOT, tmp_path_factory.getbasetemp().resolve()], env)
+    try:
+        sees = hidden.start()
+        yield {"cluster": hidden, "sees": sees, "shared": shared, "env": env, "s3": s3}
+    finally:
+        hidden.stop()
+        s3.stop()
+        shutil.rmtree(shared, ignore_errors=True)
+        if restart:
+            from platform.launch.cluster import start_ray
+
+            start_ray(None, num_cpus=4, log_to_driver=False)  # as the session's fixture does
+
+
+def cli(cluster, module: str, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python -m platform.<module>`` from ``cwd`` (hidden from the worker node), as a user on the head would."""
+    env = {**cluster["env"], "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", f"platform.{module}", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def runs_of(tracking_uri: str, experiment: str):
+    client = MlflowClient(tracking_uri)
+    return client, client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+
+
+def test_the_worker_node_cannot_see_the_checkout_or_the_working_directories(cluster):
+    assert cluster["sees"] and not any(cluster["sees"].values()), cluster["sees"]
+
+
+def test_train_on_a_node_without_the_heads_files_ships_the_local_demo_corpus(cluster, tmp_path):
+    shared, hidden = cluster["shared"], cluster["cluster"]
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    result = cli(cluster, "train", "--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
+                 "--address", hidden.address, "--storage-path", shared / "runs", "--tracking-uri", store,
+                 "--experiment", "hidden", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "data: copied " in result.stdout and str(shared / "runs" / "datasets") in result.stdout
+    client, found = runs_of(store, "hidden")
+    assert [r.info.status for r in found] == ["FINISHED"]
+    run = found[0]
+    assert run.data.tags["node_id"] == hidden.worker != hidden.head  # rank 0 ran on the other node
+    assert run.data.params["data"] == str(tmp_path / "data" / "demo")  # the user's dataset, not the copy
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [1, 2]
+    assert "best" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    copies = list((shared / "runs" / "datasets").iterdir())
+    assert len(copies) == 1 and (copies[0] / "COMMITTED").is_file() and (copies[0] / "train.parquet").is_file()
+    # a second run reuses the copy
+    again = cli(cluster, "train", "--model", "transformer", "--smoke", "--max-epochs", "1", "--address", hidden.address,
+                "--storage-path", shared / "runs", "--tracking-uri", store, "--experiment", "hidden", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "made by an earlier run" in again.stdout and len(list((shared / "runs" / "datasets").iterdir())) == 1
+
+
+def test_a_storage_path_the_worker_node_cannot_reach_is_one_line_before_any_training(cluster, tmp_path):
+    hidden = cluster["cluster"]
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    result = cli(cluster, "train", "--model", "transformer", "--smoke", "--address", hidden.address,
+                 "--tracking-uri", store, "--experiment", "blind", cwd=tmp_path)  # the default: runs/ here
+    assert result.returncode != 0
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and f"--storage-path {tmp_path / 'runs'}: not reachable from node" in error[0], result.stderr
+    assert "Traceback" not in result.stderr
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("blind")
+    assert experiment is None or client.search_runs([experiment.experiment_id]) == []  # nothing started
+
+
+def test_a_smoke_sweep_runs_every_trial_on_the_other_node(cluster, tmp_path):
+    shared, hidden = cluster["shared"], cluster["cluster"]
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    result = cli(cluster, "tune", "--space", "dbsa", "--smoke", "--address", hidden.address, "--name", "far",
+                 "--storage-path", shared / "sweeps", "--tracking-uri", store, "--experiment", "hidden-sweep",
+                 cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    _, found = runs_of(store, "hidden-sweep")
+    parents = [r for r in found if r.data.tags.get("sweep_parent") == "far"]
+    trials = [r for r in found if r not in parents]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert len(trials) == 3 and all(r.info.status == "FINISHED" for r in trials)
+    assert {r.data.tags["node_id"] for r in trials} == {hidden.worker}
+
+
+def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
+    """prepare --out s3://, train --data s3:// with its checkpoints under s3://, evaluate on the
+    test set read from s3:// — all against a real S3-compatible server."""
+    import pyarrow.fs
+
+    hidden = cluster["cluster"]
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    data = f"s3://{BUCKET}/datasets/demo"
+    prepared = cli(cluster, "prepare", "--data", "demo", "--demo-sizes", "2000,100,100", "--vocab-size", "600",
+                   "--out", data, cwd=tmp_path)
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []  # nothing local: no directory named "s3:"
+    refused = cli(cluster, "prepare", "--data", "demo", "--out", data, cwd=tmp_path)
+    assert refused.returncode != 0 and "already exists; pass --overwrite" in refused.stderr
+    trained = cli(cluster, "train", "--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
+                  "--data", data, "--address", hidden.address, "--storage-path", f"s3://{BUCKET}/runs",
+                  "--tracking-uri", store, "--experiment", "s3", "--name", "through-s3", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr[-4000:]
+    assert "data: copied" not in trained.stdout  # read where it is
+    fs = pyarrow.fs.S3FileSystem(endpoint_override=cluster["s3"].endpoint, access_key="testing", secret_key="testing",
+                                 region="us-east-1")
+    files = [info.path for info in fs.get_file_info(pyarrow.fs.FileSelector(f"{BUCKET}/runs/through-s3", recursive=True))]
+    assert any(name.endswith("/checkpoint.pt") for name in files), files
+    client, found = runs_of(store, "s3")
+    run_id = found[0].info.run_id
+    assert found[0].data.params["data"] == data and found[0].data.tags["node_id"] == hidden.worker
+    evaluated = cli(cluster, "evaluate", "--run", run_id, "--test", f"{data}/conllu/test", "--src", "sov", "--tgt",
+                    "svo", "--out", "out/test", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "test_bleu" in client.get_run(run_id).data.metrics
+    assert len((tmp_path / "out" / "test.hyp").read_text().splitlines()) == 100
+    # an upload that died midway (no COMMITTED marker) is refused in one line
+    fs.delete_file(f"{BUCKET}/datasets/demo/COMMITTED")
+    broken = cli(cluster, "train", "--model", "transformer", "--smoke", "--data", data, "--address", hidden.address,
+                 "--storage-path", f"s3://{BUCKET}/runs", "--tracking-uri", store, "--experiment", "s3", cwd=tmp_path)
+    assert broken.returncode != 0 and f"error: {data}: an incomplete upload" in broken.stderr
