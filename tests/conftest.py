@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -127,3 +129,44 @@ def sacrebleu_scores(script: Path) -> list[float]:
         scores += [entry["score"] for entry in (found if isinstance(found, list) else [found])]
         text = text[end:].strip()
     return scores
+
+
+class MlflowServer:
+    """A real ``mlflow server`` on 127.0.0.1 that can be stopped and started again.
+
+    The first start lets the server choose its port (``--port 0``; no probe-then-bind race) and
+    reads it from uvicorn's "running on" line; a restart takes the same port back."""
+
+    def __init__(self, directory: Path):
+        self.directory, self.port, self.process = directory, 0, None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = self.directory / f"server-{time.time_ns()}.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.directory}/mlflow.db",
+             "--artifacts-destination", str(self.directory / "artifacts"), "--workers", "1"],
+            stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
+        import urllib.request
+
+        deadline = time.time() + 180
+        while time.time() < deadline and self.process.poll() is None:
+            if not self.port:
+                found = re.search(r"running on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
+                self.port = int(found.group(1)) if found else 0
+            try:
+                if self.port:
+                    urllib.request.urlopen(f"{self.uri}/health", timeout=2)
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError("mlflow server did not start: " + log.read_text(errors="replace")[-2000:])
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=60)

@@ -7,7 +7,6 @@ import ast
 import os
 import pickle
 import random
-import re
 import resource
 import signal
 import socket
@@ -16,12 +15,11 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import ROOT, run_module
+from conftest import ROOT, MlflowServer, run_module
 from platform import config as config_io
 from platform.errors import ConfigError
 from platform.data.dataset import PreparedDataset as Dataset
@@ -183,47 +181,6 @@ def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(tmp_path
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "cannot reach the MLflow tracking server" in one_line_error(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no data/demo, no runs/, no mlflow.db
-
-
-class MlflowServer:
-    """A real ``mlflow server`` on 127.0.0.1 that can be stopped and started again.
-
-    The first start lets the server choose its port (``--port 0``; no probe-then-bind race) and
-    reads it from uvicorn's "running on" line; a restart takes the same port back."""
-
-    def __init__(self, directory: Path):
-        self.directory, self.port, self.process = directory, 0, None
-
-    @property
-    def uri(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        log = self.directory / f"server-{time.time_ns()}.log"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.directory}/mlflow.db",
-             "--artifacts-destination", str(self.directory / "artifacts"), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
-        import urllib.request
-
-        deadline = time.time() + 180
-        while time.time() < deadline and self.process.poll() is None:
-            if not self.port:
-                found = re.search(r"running on http://127\.0\.0\.1:(\d+)", log.read_text(errors="replace"))
-                self.port = int(found.group(1)) if found else 0
-            try:
-                if self.port:
-                    urllib.request.urlopen(f"{self.uri}/health", timeout=2)
-                    return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError("mlflow server did not start: " + log.read_text(errors="replace")[-2000:])
-
-    def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=60)
 
 
 def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, monkeypatch):
