@@ -22,7 +22,7 @@ from platform import config as config_io
 from platform.data.dataset import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch import reach
-from platform.launch.cluster import default_cpus_per_worker, start_ray, storage_uri
+from platform.launch.cluster import default_storage_path, default_cpus_per_worker, start_ray, storage_uri
 from platform.launch.driver import Job, run
 from platform.tracking import runs
 from platform.tracking.store import resolve_tracking_uri
@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment name (default syntax-nmt)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     parser.add_argument("--name", help="run name; rerunning with the same name resumes its Ray checkpoints")
-    parser.add_argument("--storage-path", default="runs", help="where Ray keeps checkpoints (shared storage on a cluster)")
+    parser.add_argument("--storage-path", default=default_storage_path(),
+                        help="where Ray keeps checkpoints: a directory or s3://... (shared storage on a cluster; default "
+                             "$NMT_STORAGE_PATH, else runs)")
     parser.add_argument("--max-failures", type=int, default=2, help="restarts of a failed worker group (default 2)")
     parser.add_argument("--address", help="Ray cluster address (default: start a local one, or 'auto')")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")

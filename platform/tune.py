@@ -28,7 +28,7 @@ from platform import config as config_io
 from platform.data.dataset import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch import reach
-from platform.launch.cluster import start_ray, storage_uri
+from platform.launch.cluster import default_storage_path, start_ray, storage_uri
 from platform.launch.spaces import Space, load_space
 from platform.launch.console import console_log_path, make_console, quiet_logging
 from platform.launch.sweep import (
@@ -78,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the resolved space and one sampled config, then exit")
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment (default syntax-nmt)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    parser.add_argument("--storage-path", default="runs", help="Ray Tune/Train storage (shared storage on a cluster)")
+    parser.add_argument("--storage-path", default=default_storage_path(),
+                        help="Ray Tune/Train storage: a directory or s3://... (shared storage on a cluster; default "
+                             "$NMT_STORAGE_PATH, else runs)")
     parser.add_argument("--address", help="Ray cluster address (default: start a local one, or 'auto')")
     parser.add_argument("--verbose", action="store_true",
                         help="also show Ray's own console (its tables, warnings and workers' lines); "

@@ -36,10 +36,36 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     commands = " ".join(config["head_start_ray_commands"])
     assert "mlflow server" in commands and "--host 127.0.0.1" in commands and "--dashboard-host=127.0.0.1" in commands
     assert "0.0.0.0" not in (ROOT / "ray_cluster.yaml").read_text()  # nothing listens on all interfaces
-    assert "--backend-store-uri sqlite:///" in commands and "--artifacts-destination s3://" in commands
+    assert "--backend-store-uri sqlite:///" in commands and '--artifacts-destination "$MLFLOW_ARTIFACTS"' in commands
     assert config["file_mounts"] == {"~/syntax-nmt": "."}
     node_types = config["available_node_types"]
     assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g") and node_types["gpu_worker"]["min_workers"] == 0
+    # workers may use the bucket (Ray gives only the head a profile)
+    assert node_types["gpu_worker"]["node_config"]["IamInstanceProfile"]["Name"]
+    # the bucket is named once, on every node, and storage, artifacts and the CLIs' default derive from it
+    text = (ROOT / "ray_cluster.yaml").read_text()
+    assert text.count("CHANGE-ME-bucket") == 1
+    setup = " ".join(config["setup_commands"])
+    for variable in ("RAY_STORAGE=s3://$NMT_BUCKET", "MLFLOW_ARTIFACTS=s3://$NMT_BUCKET", "NMT_STORAGE_PATH=$RAY_STORAGE",
+                     "MLFLOW_TRACKING_URI=http://127.0.0.1:5000"):
+        assert variable in setup
+
+
+def test_ray_cluster_yamls_example_command_parses_as_written():
+    """The command the YAML tells a user to run on a fresh head: valid flags, the built-in
+    corpus by name (``data/demo`` does not exist on a fresh head), storage from the environment."""
+    import shlex
+
+    from platform import tune
+
+    text = (ROOT / "ray_cluster.yaml").read_text()
+    lines = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+    start = next(i for i, line in enumerate(lines) if "python -m platform.tune" in line)
+    command = lines[start].split("&&", 1)[1] + " " + lines[start + 1]
+    argv = shlex.split(command.replace("\\", " "))
+    assert argv[:3] == ["python", "-m", "platform.tune"]
+    args = tune.build_parser().parse_args(argv[3:])
+    assert args.data == "demo" and args.address == "auto" and args.gpus_per_worker == 1
 
 
 COMMANDS = {"platform.prepare", "platform.parse", "platform.train", "platform.tune", "platform.evaluate",

@@ -72,6 +72,14 @@ def ray_init_kwargs(address: str | None, num_cpus: int | None = None) -> dict:
     return kwargs
 
 
+STORAGE_ENV = "NMT_STORAGE_PATH"  # the CLIs' default --storage-path (ray_cluster.yaml sets it to the bucket)
+
+
+def default_storage_path() -> str:
+    """``$NMT_STORAGE_PATH`` if set (on a ``ray up`` cluster: shared storage), else ``runs``."""
+    return os.environ.get(STORAGE_ENV) or "runs"
+
+
 def storage_uri(path: str) -> str:
     """Local directories become absolute paths; URIs (s3://, gs://, ...) stay as they are."""
     return path if "://" in path else str(Path(path).resolve())

@@ -1,0 +1,54 @@
+"""data.storage: locations by URI, and publishing a dataset with its commit marker last."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from platform.data import dataset as ds
+from platform.data import storage
+from platform.errors import UserError
+
+
+@pytest.mark.parametrize("uri, says", [("s3:///no-bucket/x", "Missing bucket name"),
+                                       ("nope://host/x", "Unrecognized filesystem type")])
+def test_a_location_that_cannot_be_opened_is_one_line_and_creates_nothing(uri, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=f"^{uri}: cannot open this location: .*{says}") as error:
+        storage.locate(uri)
+    assert "\n" not in str(error.value)
+    assert list(tmp_path.iterdir()) == []  # never a local directory named after the URI
+
+
+def test_local_paths_are_made_absolute_and_file_uris_are_local(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert storage.locate("data/x").uri == str(tmp_path / "data" / "x")
+    assert storage.locate(f"file://{tmp_path}/y").local and not storage.is_uri(f"file://{tmp_path}/y")
+    assert storage.is_uri("s3://bucket/prefix") and not storage.is_uri("runs")
+
+
+def test_publish_copies_every_file_then_the_marker_and_refuses_to_replace_without_overwrite(demo_dataset, tmp_path):
+    target = tmp_path / "copy"
+    storage.publish(demo_dataset, target)
+    marker = json.loads((target / storage.COMMITTED).read_text())
+    digest, size = storage.directory_sha256(demo_dataset)
+    assert marker == {"files": len([p for p in demo_dataset.rglob("*") if p.is_file()]), "bytes": size, "sha256": digest}
+    assert ds.read_meta(target) == ds.read_meta(demo_dataset)
+    assert (target / "conllu").is_dir()  # subdirectories too
+    assert len(ds.read_examples(target, "train")) == len(ds.read_examples(demo_dataset, "train"))
+    with pytest.raises(UserError, match="already exists; pass --overwrite"):
+        storage.publish(demo_dataset, target)
+    (target / "stale.txt").write_text("from before")
+    storage.publish(demo_dataset, target, overwrite=True)
+    assert not (target / "stale.txt").exists() and (target / storage.COMMITTED).is_file()
+
+
+def test_the_storage_path_defaults_to_nmt_storage_path(monkeypatch):
+    from platform import train, tune
+
+    monkeypatch.setenv("NMT_STORAGE_PATH", "s3://bucket/syntax-nmt/ray")
+    assert train.build_parser().parse_args(["--model", "dbsa"]).storage_path == "s3://bucket/syntax-nmt/ray"
+    assert tune.build_parser().parse_args(["--space", "dbsa"]).storage_path == "s3://bucket/syntax-nmt/ray"
+    monkeypatch.delenv("NMT_STORAGE_PATH")
+    assert train.build_parser().parse_args(["--model", "dbsa"]).storage_path == "runs"
