@@ -69,10 +69,17 @@ def main() -> int:
         dataset_bytes = sum(p.stat().st_size for p in copies[0].rglob("*") if p.is_file())
         checkpoints = [d for d in (shared / "runs" / "costs").iterdir() if d.name.startswith("checkpoint_")]
         checkpoint_bytes = [sum(p.stat().st_size for p in d.rglob("*") if p.is_file()) for d in checkpoints]
-        calls = collections.Counter(re.findall(r'"(?:GET|POST|PUT|PATCH|DELETE) (/[^ ?"]+)', server_log.read_text(errors="replace")))
+        paths = re.findall(r'"(?:GET|POST|PUT|PATCH|DELETE) (/[^ ?"]+)', server_log.read_text(errors="replace"))
+        calls = collections.Counter(re.sub(r"^/api/2.0/mlflow-artifacts/artifacts/.*?/artifacts/([^/]+)(/.*)?$",
+                                           r"artifact upload: \1/", path) for path in paths)
+        read_per_worker = sum((copies[0] / name).stat().st_size for name in ("train.parquet", "src.model", "tgt.model"))
+        stored = sum(p.stat().st_size for p in (work / "artifacts").rglob("*") if p.is_file())
         print(f"| piece | measured ({args.size} size, 2 workers, {args.max_epochs} epochs of {args.steps} updates, {wall:.0f} s) |")
         print("|---|---|")
         print(f"| dataset copied once to the storage | {dataset_bytes / 1e6:.2f} MB ({len(list(copies[0].rglob('*')))} files) |")
+        print(f"| read by each Train worker at its start | {read_per_worker / 1e6:.2f} MB (train split and subword "
+              f"models; rank 0 also the dev split) |")
+        print(f"| MLflow artifacts stored for the run | {stored / 1e6:.2f} MB |")
         print(f"| checkpoint written per epoch | {max(checkpoint_bytes) / 1e6:.2f} MB (Ray keeps {len(checkpoints)}) |")
         total = sum(calls.values())
         print(f"| MLflow HTTP requests | {total} in all, {total / args.max_epochs:.1f} per epoch |")

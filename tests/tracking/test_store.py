@@ -98,3 +98,34 @@ def test_a_read_from_a_hung_server_holds_training_ten_seconds_at_most():
         assert logger.close() == []
     finally:
         hung.close()
+
+
+def test_the_relay_does_not_queue_one_trials_calls_behind_anothers_upload(ray_cluster, tmp_path):
+    """Through the relay to a real server: while one run's 300 MB checkpoint upload is under way,
+    another run's tag is written and answered (a single-threaded relay would answer it after)."""
+    import time
+
+    import ray
+
+    from conftest import MlflowServer
+    from platform.tracking.store import start_relay
+
+    server = MlflowServer(tmp_path)
+    server.start()
+    try:
+        uploading = runs.start_run(server.uri, "relay", "big", {"a": "1"}, {}, "a: 1\n")
+        tagging = runs.start_run(server.uri, "relay", "small", {"a": "1"}, {}, "a: 1\n")
+        relay = start_relay(server.uri)
+        assert relay is not None
+        upload = relay.log_artifact_bytes.remote(uploading, "checkpoint.pt", b"\0" * (300 << 20), "best")
+        time.sleep(0.5)  # the upload has begun
+        tag = relay.call.remote("set_tag", tagging, "note", "answered")
+        ready, _ = ray.wait([upload, tag], num_returns=1, timeout=300)
+        assert ready == [tag]  # the small call came back first
+        ray.get([upload, tag], timeout=300)
+        from mlflow.tracking import MlflowClient
+
+        assert MlflowClient(server.uri).get_run(tagging).data.tags["note"] == "answered"
+        assert [a.path for a in MlflowClient(server.uri).list_artifacts(uploading, "best")] == ["best/checkpoint.pt"]
+    finally:
+        server.stop()
