@@ -81,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not storage.is_uri(args.out):
         return _prepare(args, args.out, log, progress)
     target = storage.locate(args.out)  # a one-line error if it cannot be opened, before any work
-    if target.exists() and not args.overwrite:
+    if target.occupied() and not args.overwrite:
         raise UserError(f"{target} already exists; pass --overwrite to replace it")
+    storage.check_writable(target)
     with tempfile.TemporaryDirectory(prefix="nmt-prepare-") as scratch:
         local = Path(scratch) / "dataset"
         _prepare(args, str(local), log, progress)

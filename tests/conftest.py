@@ -170,3 +170,48 @@ class MlflowServer:
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=60)
+
+
+class MotoServer:
+    """A real S3-compatible endpoint (moto's standalone server) on 127.0.0.1."""
+
+    def __init__(self):
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port, self.process = probe.getsockname()[1], None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, env: dict[str, str]) -> None:
+        server = Path(sys.executable).parent / "moto_server"
+        self.process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        import urllib.request
+
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=2)
+                return
+            except OSError:
+                time.sleep(0.3)
+        raise RuntimeError("moto_server did not start")
+
+    def env(self) -> dict[str, str]:
+        """What a client needs to use it (pyarrow and boto3 read these)."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                     region_name="us-east-1").create_bucket(Bucket=name)
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)

@@ -60,6 +60,19 @@ class Location:
 
         return self._info().type == FileType.Directory
 
+    def occupied(self) -> bool:
+        """A file, or a directory with something in it (object stores keep empty "directory"
+        markers behind deleted files: those do not count)."""
+        from pyarrow.fs import FileSelector, FileType
+
+        kind = self._info().type
+        if kind != FileType.Directory:
+            return kind != FileType.NotFound
+        try:
+            return bool(self.fs.get_file_info(FileSelector(self.path, allow_not_found=True)))
+        except OSError as error:
+            raise UserError(f"{self.uri}: cannot list: {_first_line(error)}") from None
+
     def read_bytes(self) -> bytes:
         try:
             with self.fs.open_input_stream(self.path) as stream:
@@ -112,6 +125,16 @@ def locate(location: str | Path) -> Location:
     return Location(fs, path.rstrip("/"), text.split("?", 1)[0].rstrip("/"))
 
 
+def check_writable(directory: Location) -> None:
+    """A one-line error now, before any work, if nothing can be written under ``directory``
+    (a missing bucket, no credentials, a read-only mount)."""
+    import uuid
+
+    probe = directory.child(f".write-probe-{uuid.uuid4().hex[:12]}")
+    probe.write_bytes(b"")
+    probe.delete()
+
+
 def is_committed(directory: Location) -> bool:
     """A remote dataset directory is complete; local ones are (they appear by an atomic rename)."""
     return directory.local or directory.child(COMMITTED).exists()
@@ -124,7 +147,7 @@ def publish(local_dir: str | Path, destination: str | Path, *, overwrite: bool =
     from pyarrow.fs import FileSelector, LocalFileSystem
 
     target = locate(destination)
-    if target.exists() and not overwrite:
+    if target.occupied() and not overwrite:
         raise UserError(f"{target} already exists; pass --overwrite to replace it")
     if target.exists():
         target.child(COMMITTED).delete()  # readers see an incomplete dataset, never a mixed one

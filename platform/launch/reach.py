@@ -93,6 +93,6 @@ def ship_dataset(dataset: str, storage_path: str, log=print) -> str:
     if target.child(storage.COMMITTED).exists():
         log(f"data: the workers read {dataset} from its copy {target.uri} (made by an earlier run)")
         return target.uri
-    storage.publish(dataset, target.uri, overwrite=target.exists())
+    storage.publish(dataset, target.uri, overwrite=True)  # a copy that died midway (no marker)
     log(f"data: copied {dataset} ({size / 1e6:.1f} MB) to {target.uri}, which every node of the cluster reads")
     return target.uri

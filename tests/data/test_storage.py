@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import pytest
 
@@ -52,3 +54,53 @@ def test_the_storage_path_defaults_to_nmt_storage_path(monkeypatch):
     assert tune.build_parser().parse_args(["--space", "dbsa"]).storage_path == "s3://bucket/syntax-nmt/ray"
     monkeypatch.delenv("NMT_STORAGE_PATH")
     assert train.build_parser().parse_args(["--model", "dbsa"]).storage_path == "runs"
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """A real S3-compatible server (moto) on loopback, with the bucket ``data``."""
+    from conftest import MotoServer, require_module
+
+    require_module("moto", "moto[server] (the dev extra) is the S3-compatible test server")
+    server = MotoServer()
+    server.start(dict(os.environ))
+    server.create_bucket("data")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def on_s3(s3_server, monkeypatch):
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    return s3_server
+
+
+def test_prepare_to_a_missing_bucket_fails_in_one_line_before_any_work(on_s3, tmp_path, monkeypatch):
+    from platform import prepare
+
+    monkeypatch.chdir(tmp_path)
+    began = time.monotonic()
+    with pytest.raises(UserError, match=r"^s3://no-such-bucket/ds/\.write-probe-\w+: cannot write: .*bucket") as error:
+        prepare.main(["--data", "demo", "--out", "s3://no-such-bucket/ds", "--quiet"])
+    assert "\n" not in str(error.value) and time.monotonic() - began < 10
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dataset_published_to_s3_reads_like_the_local_one_and_an_unfinished_one_is_refused(on_s3, demo_dataset):
+    import pyarrow.fs
+
+    storage.publish(demo_dataset, "s3://data/demo")
+    assert ds.read_meta("s3://data/demo") == ds.read_meta(demo_dataset)
+    assert ds.read_subword_model("s3://data/demo", "tgt") == ds.read_subword_model(demo_dataset, "tgt")
+    assert ds.resolve_dataset("s3://data/demo") == "s3://data/demo"
+    lines = list(ds.open_text_lines(ds.conllu_path("s3://data/demo/conllu/test", "sov")))
+    assert lines == list(ds.open_text_lines(ds.conllu_path(demo_dataset / "conllu" / "test", "sov")))
+    with pytest.raises(UserError, match="already exists; pass --overwrite"):
+        storage.publish(demo_dataset, "s3://data/demo")
+    fs, path = pyarrow.fs.FileSystem.from_uri("s3://data/demo/COMMITTED")
+    fs.delete_file(path)  # as if the upload had died before its last file
+    with pytest.raises(UserError, match=r"^s3://data/demo: an incomplete upload \(no COMMITTED marker\)"):
+        ds.read_meta("s3://data/demo")
+    storage.publish(demo_dataset, "s3://data/demo", overwrite=True)
+    assert ds.read_meta("s3://data/demo")["format_version"] == ds.FORMAT_VERSION

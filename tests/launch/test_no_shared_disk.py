@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
+
+from conftest import MotoServer, require_module
 
 ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "nmt"
@@ -107,58 +108,23 @@ class HiddenNodeCluster:
         shutil.rmtree(self.keep, ignore_errors=True)
 
 
-class MotoServer:
-    """A real S3-compatible endpoint (moto's standalone server) on 127.0.0.1."""
-
-    def __init__(self):
-        self.port, self.process = free_port(), None
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, env: dict[str, str]) -> None:
-        server = Path(sys.executable).parent / "moto_server"
-        self.process = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(self.port)], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        import urllib.request
-
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(self.endpoint, timeout=2)
-                return
-            except OSError:
-                time.sleep(0.3)
-        raise RuntimeError("moto_server did not start")
-
-    def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """The two-node cluster (and the S3 server) for this module; the session's local cluster,
     if this process runs one, is shut down first and started again afterwards."""
     import ray
 
-    pytest.importorskip("moto", reason="moto[server] (the dev extra) provides the S3-compatible test server")
+    require_module("moto", "moto[server] (the dev extra) is the S3-compatible test server")
     if shutil.which("unshare") is None or os.geteuid() != 0:
-        pytest.skip("needs root and unshare(1) for the worker node's mount namespace")
+        (pytest.fail if os.environ.get("CI") else pytest.skip)("needs root and unshare(1) for the worker node's mount namespace")
     restart = ray.is_initialized()
     if restart:
         ray.shutdown()
     s3 = MotoServer()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
-           "AWS_ENDPOINT_URL": s3.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **s3.env()}
     env.pop("PYTHONPATH", None)
     s3.start(env)
-    import boto3
-
-    boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    s3.create_bucket(BUCKET)
     shared = Path(tempfile.mkdtemp(prefix="nmt-shared-storage-"))  # a shared file system: both nodes see it
     hidden = HiddenNodeCluster([ROOT, tmp_path_factory.getbasetemp().resolve()], env)
     try:
