@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from platform import config as config_io
 from platform.data import dataset as ds
-from platform.data import demo, storage
+from platform.data import demo
 from platform.data.encode import PrepareConfig, prepare, prepare_demo
 from platform.errors import UserError, run_cli
 
@@ -78,16 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     log = (lambda message: None) if args.quiet else (lambda message: print(message, file=sys.stderr))
     progress = not args.quiet and sys.stderr.isatty()
-    if not storage.is_uri(args.out):
-        return _prepare(args, args.out, log, progress)
-    target = storage.locate(args.out)  # a one-line error if it cannot be opened, before any work
-    if target.occupied() and not args.overwrite:
-        raise UserError(f"{target} already exists; pass --overwrite to replace it")
-    storage.check_writable(target)
-    with tempfile.TemporaryDirectory(prefix="nmt-prepare-") as scratch:
-        local = Path(scratch) / "dataset"
-        _prepare(args, str(local), log, progress)
-        storage.publish(local, target.uri, overwrite=args.overwrite, log=log)
+    ds.write_dataset(args.out, lambda out: _prepare(args, out, log, progress), overwrite=args.overwrite, log=log)
     return 0
 
 

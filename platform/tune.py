@@ -128,11 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
            "workers": args.workers_per_trial, "gpus_per_worker": args.gpus_per_worker,
            "cpus_per_worker": args.cpus_per_worker, "experiment": args.experiment, "tracking_uri": tracking_uri,
            "storage_path": storage, "max_failures": 1, "git_commit": runs.git_commit()}
-    fits = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, args.gpus_per_worker)
+    concurrent = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, args.gpus_per_worker,
+                                       requested=args.max_concurrent, joined=args.address is not None)
     sweep = Sweep(name=name, space=space, base=base, num_samples=args.num_samples or (3 if args.smoke else 6),
                   max_epochs=base.get("max_epochs", 10), seed=args.seed, job=job, experiment=args.experiment,
                   tracking_uri=tracking_uri, storage_path=storage,
-                  max_concurrent=min(args.max_concurrent or fits, fits))
+                  max_concurrent=concurrent)
     start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, args.resume)
     print(f"sweep {name}: {sweep.num_samples} trials of {space.spec.model}, up to {sweep.max_concurrent} at once, "

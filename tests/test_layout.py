@@ -51,6 +51,24 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
         assert variable in setup
 
 
+def test_the_yamls_setup_sets_every_nodes_storage_and_follows_an_edited_bucket(tmp_path):
+    """The setup commands as Ray runs them (bash, ~/.bashrc read by later commands), twice, as on
+    a reused node after the bucket was edited: the new bucket wins, and .bashrc gains one line."""
+    import subprocess
+
+    import yaml
+
+    setup = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())["setup_commands"][1]
+    for bucket in ("first-bucket", "edited-bucket"):
+        command = setup.replace("CHANGE-ME-bucket", bucket)
+        subprocess.run(["bash", "-c", command], env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, check=True, timeout=30)
+    shown = subprocess.run(["bash", "-c", ". ~/.bashrc; echo $NMT_STORAGE_PATH $MLFLOW_ARTIFACTS $MLFLOW_TRACKING_URI"],
+                           env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+    assert shown.stdout.split() == ["s3://edited-bucket/syntax-nmt/ray", "s3://edited-bucket/syntax-nmt/mlflow",
+                                    "http://127.0.0.1:5000"]
+    assert (tmp_path / ".bashrc").read_text().count("syntax-nmt.env") == 1
+
+
 def test_ray_cluster_yamls_example_command_parses_as_written():
     """The command the YAML tells a user to run on a fresh head: valid flags, the built-in
     corpus by name (``data/demo`` does not exist on a fresh head), storage from the environment."""
@@ -66,6 +84,14 @@ def test_ray_cluster_yamls_example_command_parses_as_written():
     assert argv[:3] == ["python", "-m", "platform.tune"]
     args = tune.build_parser().parse_args(argv[3:])
     assert args.data == "demo" and args.address == "auto" and args.gpus_per_worker == 1
+    assert args.max_concurrent == 4  # the GPU workers' max count: trials wait for the autoscaler, not refused
+    assert ".git" not in config_rsync_exclude()  # the head's drivers read the commit they run
+
+
+def config_rsync_exclude() -> list[str]:
+    import yaml
+
+    return yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())["rsync_exclude"]
 
 
 COMMANDS = {"platform.prepare", "platform.parse", "platform.train", "platform.tune", "platform.evaluate",

@@ -5,7 +5,9 @@ import signal
 import subprocess
 import sys
 
+import mlflow.pytorch
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from conftest import ROOT, SECRET, run_module, sacrebleu_scores, wait_for
@@ -38,6 +40,14 @@ def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_da
     assert run.data.params["model"] == model and run.data.params["workers"] == "1"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "best", "plots", "dev_hypotheses"} <= artifacts
+    # beside the store, not in Ray's temporary copy of the repository where the relay runs
+    assert client.get_experiment_by_name("smoke").artifact_location.startswith(str(tmp_path))
+    # the best checkpoint as an MLflow PyTorch model of the run, with the same weights
+    (output,) = run.outputs.model_outputs
+    assert output.step == int(run.data.tags["best_epoch"])
+    best = torch.load(client.download_artifacts(run.info.run_id, "best/checkpoint.pt", str(tmp_path)), weights_only=True)
+    loaded = mlflow.pytorch.load_model(client.get_logged_model(output.model_id).artifact_location)
+    assert all(torch.equal(tensor, best["model"][name]) for name, tensor in loaded.state_dict().items())
     if model == "dbsa":
         assert "dev_uas_enc" in run.data.metrics and "dev_uas_dec" in run.data.metrics
         assert "plots/parse_attention.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}

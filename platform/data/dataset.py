@@ -136,6 +136,36 @@ def read_meta_unchecked(directory: str | Path) -> dict[str, Any] | None:
         return None
 
 
+def write_dataset(out: str | Path, build, *, overwrite: bool = False, log=lambda message: None) -> str:
+    """Make the dataset ``out`` with ``build(directory)``: a local ``out`` is built in place (the
+    builder commits it atomically); a URI is checked before any work (it opens, it is free or
+    ``overwrite``, something can be written there), built in a scratch directory, then
+    published with its commit marker last.  Returns ``out`` as a location string."""
+    import tempfile
+
+    if not storage.is_uri(out):
+        build(str(out))
+        return storage.locate(out).uri
+    target = storage.locate(out)  # a one-line error if it cannot be opened, before any work
+    if target.occupied() and not overwrite:
+        raise UserError(f"{target} already exists; pass --overwrite to replace it")
+    storage.check_writable(target)
+    with tempfile.TemporaryDirectory(prefix="nmt-prepare-") as scratch:
+        local = Path(scratch) / "dataset"
+        build(str(local))
+        storage.publish(local, target.uri, overwrite=overwrite, log=log)
+    return target.uri
+
+
+def is_prepared(directory: str | Path) -> bool:
+    """Whether ``directory`` holds a complete dataset of this format (any reason not: False)."""
+    try:
+        read_meta(directory)
+    except (OSError, UserError):
+        return False
+    return True
+
+
 DEMO_NAMES = {"demo": "small", "demo-large": "large"}  # --data names of the built-in corpus (data/demo.LEXICONS)
 
 

@@ -14,8 +14,10 @@ midway), and ``--overwrite`` removes the marker before anything else.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +38,7 @@ class Location:
 
     fs: object  # pyarrow.fs.FileSystem
     path: str
-    uri: str
+    uri: str  # with the URI's options (``?endpoint_override=...``), to open it again elsewhere
 
     @property
     def local(self) -> bool:
@@ -45,10 +47,12 @@ class Location:
         return isinstance(self.fs, LocalFileSystem)
 
     def child(self, name: str) -> "Location":
-        return Location(self.fs, f"{self.path.rstrip('/')}/{name}", f"{self.uri.rstrip('/')}/{name}")
+        base, mark, options = self.uri.partition("?")
+        return Location(self.fs, f"{self.path.rstrip('/')}/{name}", f"{base.rstrip('/')}/{name}{mark}{options}")
 
     def __str__(self) -> str:
-        return self.uri
+        """As shown in messages: without the URI's options (which may carry keys)."""
+        return self.uri.partition("?")[0]
 
     def exists(self) -> bool:
         from pyarrow.fs import FileType
@@ -71,7 +75,7 @@ class Location:
         try:
             return bool(self.fs.get_file_info(FileSelector(self.path, allow_not_found=True)))
         except OSError as error:
-            raise UserError(f"{self.uri}: cannot list: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot list: {_first_line(error)}") from None
 
     def read_bytes(self) -> bytes:
         try:
@@ -81,15 +85,15 @@ class Location:
             raise
         except OSError as error:
             if "not found" in str(error).lower() or "no such" in str(error).lower():
-                raise FileNotFoundError(self.uri) from None
-            raise UserError(f"{self.uri}: cannot read: {_first_line(error)}") from None
+                raise FileNotFoundError(str(self)) from None
+            raise UserError(f"{self}: cannot read: {_first_line(error)}") from None
 
     def write_bytes(self, data: bytes) -> None:
         try:
             with self.fs.open_output_stream(self.path) as stream:
                 stream.write(data)
         except OSError as error:
-            raise UserError(f"{self.uri}: cannot write: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot write: {_first_line(error)}") from None
 
     def delete(self) -> None:
         """Remove this file or directory tree (nothing if absent)."""
@@ -99,30 +103,41 @@ class Location:
             elif self.exists():
                 self.fs.delete_file(self.path)
         except OSError as error:
-            raise UserError(f"{self.uri}: cannot delete: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot delete: {_first_line(error)}") from None
 
     def _info(self):
         try:
             return self.fs.get_file_info(self.path)
         except OSError as error:
-            raise UserError(f"{self.uri}: cannot open: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot open: {_first_line(error)}") from None
 
 
 def locate(location: str | Path) -> Location:
     """A ``--data``/``--out``/``--test`` argument as a ``Location``: local paths made absolute,
     URIs opened with ``pyarrow.fs`` — one that cannot be opened is a one-line error (never a
     local directory named after it)."""
-    from pyarrow.fs import FileSystem, LocalFileSystem
+    from pyarrow.fs import LocalFileSystem
 
     text = str(location)
     if not is_uri(text):
         path = Path(text[len("file://"):] if text.startswith("file://") else text).expanduser().resolve()
         return Location(LocalFileSystem(), str(path), str(path))
+    base, mark, options = text.partition("?")
     try:
-        fs, path = FileSystem.from_uri(text)
+        fs, path = _open(text, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
     except (ValueError, OSError, TypeError) as error:  # ArrowInvalid is a ValueError
-        raise UserError(f"{text}: cannot open this location: {_first_line(error)}") from None
-    return Location(fs, path.rstrip("/"), text.split("?", 1)[0].rstrip("/"))
+        raise UserError(f"{base}: cannot open this location: {_first_line(error)}") from None
+    return Location(fs, path.rstrip("/"), f"{base.rstrip('/')}{mark}{options}")
+
+
+@functools.lru_cache(maxsize=64)
+def _open(uri: str, settings: tuple):
+    """``FileSystem.from_uri``, once per URI and AWS settings (``settings``: the environment's
+    ``AWS_*``) in a process: for s3 it asks AWS for the bucket's region unless the URI gives
+    ``region=``."""
+    from pyarrow.fs import FileSystem
+
+    return FileSystem.from_uri(uri)
 
 
 def check_writable(directory: Location) -> None:

@@ -39,8 +39,12 @@ def multi_node() -> bool:
 
 def for_every_node(dataset: str, storage_path: str, log=print) -> str:
     """Check that every node reaches ``storage_path``; return where the workers read the
-    dataset (``dataset`` itself, or its copy under the storage on a multi-node cluster)."""
-    if not multi_node():
+    dataset (``dataset`` itself, or its copy under the storage on a multi-node cluster).
+
+    Shared storage (a URI) counts as a multi-node cluster even while only the driver's node is
+    up: a ``ray up`` head whose GPU workers the autoscaler has not started yet gets them later,
+    and they read what the driver put there, never the head's local path."""
+    if not multi_node() and not storage.is_uri(storage_path):
         return dataset
     check_storage(storage_path)
     if storage.is_uri(dataset):

@@ -212,19 +212,55 @@ class Sweep:
         return f"{self.storage_path.rstrip('/')}/{self.name}"
 
 
-def max_concurrent_trials(workers: int, cpus_per_worker: float, gpus_per_worker: float) -> int:
-    """How many trials the cluster fits at once: CPUs (and GPUs) over what one trial takes."""
+def max_concurrent_trials(workers: int, cpus_per_worker: float, gpus_per_worker: float,
+                          requested: int | None = None, joined: bool = False, log=print) -> int:
+    """How many trials run at once: ``requested`` (``--max-concurrent``; default as many as
+    fit), at most what the cluster can fit.
+
+    What the cluster can fit is what is up now, except on a cluster the driver joined
+    (``--address``), whose autoscaler may add nodes (a ``ray up`` head whose GPU workers start
+    on demand): there the limit is what the autoscaler's node types add up to where Ray
+    publishes it, and otherwise what is up now or, when nothing fits yet, ``requested`` (default
+    1); trials that do not fit yet wait for Ray's autoscaler (said in one line)."""
     import ray
 
-    resources = ray.cluster_resources()
-    per_trial_cpu = workers * cpus_per_worker + DRIVER_CPU
-    fits = math.floor(resources.get("CPU", 1) / per_trial_cpu + 1e-9)
+    now = ray.cluster_resources()
+    ceiling = _autoscaler_ceiling() if joined else None
+    fits_now = trials_that_fit(now, workers, cpus_per_worker, gpus_per_worker)
+    fits = trials_that_fit(ceiling, workers, cpus_per_worker, gpus_per_worker) if ceiling else fits_now
+    if fits < 1 and joined and ceiling is None:  # e.g. a ray up head before its first GPU worker
+        fits = requested or 1
+    if fits < 1:
+        raise UserError(f"the cluster ({_resources(now)}{f'; at most {_resources(ceiling)} with its autoscaler' if ceiling else ''}) "
+                        f"cannot fit one trial of {workers} workers × {cpus_per_worker} CPUs / {gpus_per_worker} GPUs")
+    wanted = min(requested or fits, fits)
+    if wanted > fits_now:
+        log(f"cluster: {_resources(now)} up now, {fits_now} trial(s) fit; the others wait for Ray's autoscaler to add "
+            f"nodes" + (f" (up to {_resources(ceiling)})" if ceiling else ""))
+    return wanted
+
+
+def trials_that_fit(resources: dict[str, float], workers: int, cpus_per_worker: float, gpus_per_worker: float) -> int:
+    """Trials of ``workers`` workers (and their driver's CPU) that ``resources`` hold at once."""
+    fits = math.floor(resources.get("CPU", 0) / (workers * cpus_per_worker + DRIVER_CPU) + 1e-9)
     if gpus_per_worker > 0:
         fits = min(fits, math.floor(resources.get("GPU", 0) / (workers * gpus_per_worker) + 1e-9))
-    if fits < 1:
-        raise UserError(f"the cluster ({resources.get('CPU', 0)} CPUs, {resources.get('GPU', 0)} GPUs) cannot fit one "
-                        f"trial of {workers} workers × {cpus_per_worker} CPUs / {gpus_per_worker} GPUs")
     return fits
+
+
+def _autoscaler_ceiling() -> dict[str, float] | None:
+    """The most the cluster's autoscaler can bring up (its node types × their max counts, what
+    Ray itself reads from the GCS), or None without an autoscaler (a local or fixed cluster)."""
+    try:
+        from ray._private.state import state
+
+        return state.get_max_resources_from_cluster_config() or None
+    except Exception:  # noqa: BLE001 - an internal API: without it, what is up now is the limit
+        return None
+
+
+def _resources(resources: dict[str, float]) -> str:
+    return f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs"
 
 
 def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (), verbose: bool = True):

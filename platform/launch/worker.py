@@ -178,7 +178,13 @@ class RayHooks:
         if self.rank == 0 and self.logger is not None:
             from platform.tracking.diagnostics import log_parse_heat_map
 
-            log_parse_heat_map(self.logger, self.workdir / "best" / CHECKPOINT_FILE, self.dataset_dir, self.workdir)
+            best = self.workdir / "best" / CHECKPOINT_FILE
+            log_parse_heat_map(self.logger, best, self.dataset_dir, self.workdir)
+            if best.exists():  # the best checkpoint as an MLflow model (runs table's Models column, registry)
+                from platform.tracking import model
+
+                params = model.save(best, self.workdir / "mlflow_model")
+                self.logger.model(self.workdir / "mlflow_model", int(params["epoch"]), params)
             for path in epoch_files(self.workdir / LAST_EPOCHS):  # for evaluate --average-last
                 self.logger.artifact(path, LAST_EPOCHS)
             # how long MLflow held training up (the sender thread's own waits excluded): ~0 by design

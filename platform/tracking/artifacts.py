@@ -15,6 +15,17 @@ def upload_bytes(mlflow_client, run_id: str, name: str, data: bytes, directory: 
         mlflow_client.log_artifact(run_id, str(path), directory)
 
 
+def upload_model_files(mlflow_client, model_id: str, files: dict[str, bytes]) -> None:
+    """Upload an MLflow model directory (relative path → bytes) as the files of the logged model
+    ``model_id`` (``tracking.model``)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, data in files.items():
+            path = Path(scratch) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        mlflow_client.log_model_artifacts(model_id, scratch)
+
+
 def log_file(tracking_uri: str, run_id: str, path: str | Path, directory: str | None = None) -> None:
     """Log a local file as ``directory/<its name>``."""
     from platform.tracking.store import client

@@ -104,6 +104,13 @@ class RunLogger:
         self._call(f"artifact {directory or '.'}/{name}", lambda: upload_bytes(self.client, self.run_id, name, data, directory),
                    replaces=True)
 
+    def model(self, directory: Path, step: int, params: dict[str, str]) -> None:
+        """Log a saved MLflow model directory (``tracking.model.save``) as the run's logged model."""
+        from platform.tracking import model
+
+        files, created = model.files_of(directory), {}  # a copy, read now; the id kept across retries
+        self._call("the MLflow model", lambda: model.log(self.client, self.run_id, files, step, params, created))
+
     def text(self, text: str, artifact_file: str) -> None:
         self._call(f"artifact {artifact_file}", lambda: log_text(self.tracking_uri, self.run_id, text, artifact_file),
                    replaces=True)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import sys
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -90,15 +92,38 @@ def run_params(train_config, extra: dict[str, Any]) -> dict[str, str]:
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
+RAY_COPY = "/runtime_resources/working_dir_files/"  # where Ray unpacks a job's working_dir
+
+
+def artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """Where a new experiment of a local sqlite store keeps its artifacts: ``mlruns/`` beside the
+    database file (None for a server, which decides itself).
+
+    MLflow's default is ``./mlruns`` in the working directory *of the process that creates the
+    experiment*; that is often the relay actor or a trial, whose working directory is Ray's
+    temporary copy of the repository (``/tmp/ray/session_*/runtime_resources/...``), so every
+    checkpoint, plot and model would live there and vanish with Ray's session files."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = Path(tracking_uri[len("sqlite:///"):])
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment)[:40]  # any name, one safe directory
+    return str(database.parent / "mlruns" / f"{readable}-{hashlib.sha256(experiment.encode()).hexdigest()[:8]}")
+
+
 def experiment_id(tracking_uri: str, name: str) -> str:
     """The experiment ``name`` (created, or restored if deleted), marked as model training."""
     mlflow_client = client(tracking_uri)
     experiment = mlflow_client.get_experiment_by_name(name)
     if experiment is None:
         try:
-            return mlflow_client.create_experiment(name, tags=dict([EXPERIMENT_KIND]))
+            return mlflow_client.create_experiment(name, artifact_location=artifact_location(tracking_uri, name),
+                                                   tags=dict([EXPERIMENT_KIND]))
         except Exception:  # created meanwhile by a concurrent trial
             experiment = mlflow_client.get_experiment_by_name(name)
+    if RAY_COPY in (experiment.artifact_location or ""):
+        sys.stderr.write(f"warning: experiment {name!r} keeps its artifacts in Ray's temporary copy of the repository "
+                         f"({experiment.artifact_location}; made by an older version): they go when Ray removes its "
+                         f"session files; copy them elsewhere, and use a new --experiment for new runs\n")
     if experiment.lifecycle_stage == "deleted":
         mlflow_client.restore_experiment(experiment.experiment_id)
     if EXPERIMENT_KIND[0] not in experiment.tags:  # made by an older version or by hand

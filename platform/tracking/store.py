@@ -158,6 +158,11 @@ class MlflowRelay:
         with self._run_lock(run_id):
             upload_bytes(self.client, run_id, name, data, directory)
 
+    def log_model_files(self, model_id: str, files: dict[str, bytes]) -> None:
+        from platform.tracking.artifacts import upload_model_files
+
+        upload_model_files(self.client, model_id, files)
+
 
 class RelayClient:
     """MlflowClient's methods, executed by the relay; artifact files travel as bytes."""
@@ -170,6 +175,15 @@ class RelayClient:
 
         data = Path(local_path).read_bytes()
         ray.get(self.actor.log_artifact_bytes.remote(run_id, Path(local_path).name, data, artifact_path))
+
+    def log_model_artifacts(self, model_id: str, local_dir: str, artifact_path: str | None = None) -> None:
+        import ray
+
+        from platform.tracking.model import files_of
+
+        prefix = Path(artifact_path) if artifact_path else Path()
+        files = {str(prefix / name): data for name, data in files_of(Path(local_dir)).items()}
+        ray.get(self.actor.log_model_files.remote(model_id, files))
 
     def down(self) -> str | None:
         import ray

@@ -104,3 +104,21 @@ def test_a_dataset_published_to_s3_reads_like_the_local_one_and_an_unfinished_on
         ds.read_meta("s3://data/demo")
     storage.publish(demo_dataset, "s3://data/demo", overwrite=True)
     assert ds.read_meta("s3://data/demo")["format_version"] == ds.FORMAT_VERSION
+
+
+def test_a_uris_own_options_reach_every_file_of_the_dataset(s3_server, demo_dataset, monkeypatch):
+    """``?endpoint_override=...`` instead of AWS_ENDPOINT_URL: kept for each file opened later
+    (meta, Parquet splits, subword models), never shown in messages."""
+    for key, value in s3_server.env().items():
+        if key != "AWS_ENDPOINT_URL":
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    uri = f"s3://data/options?endpoint_override=127.0.0.1:{s3_server.port}&scheme=http&region=us-east-1"
+    storage.publish(demo_dataset, uri)
+    assert str(storage.locate(uri)) == "s3://data/options"
+    assert ds.resolve_dataset(uri) == uri  # what the workers are handed: still with its options
+    assert ds.read_meta(uri) == ds.read_meta(demo_dataset)
+    assert len(ds.read_examples(uri, "dev")) == len(ds.read_examples(demo_dataset, "dev"))
+    assert ds.read_subword_model(uri, "src") == ds.read_subword_model(demo_dataset, "src")
+    with pytest.raises(UserError, match=r"^s3://data/options already exists"):
+        storage.publish(demo_dataset, uri)

@@ -22,6 +22,26 @@ def test_local_stores_are_made_absolute_against_the_drivers_cwd(tmp_path, monkey
     assert resolve_tracking_uri() == f"sqlite:///{tmp_path}/env.db"
 
 
+def test_artifacts_live_beside_the_database_whatever_the_creating_process_cwd(tmp_path, monkeypatch, capsys):
+    """The relay and trials run in Ray's temporary copy of the repository: MLflow's default
+    (./mlruns of the creating process) put every artifact there, to vanish with Ray's session."""
+    elsewhere = tmp_path / "ray-copy"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    (tmp_path / "store").mkdir()
+    run_id = runs.start_run(uri, "it's/odd", "r", {}, {}, "a: 1\n")  # config.yaml is an artifact
+    logged = list((tmp_path / "store" / "mlruns").rglob("config.yaml"))
+    assert len(logged) == 1 and run_id in str(logged[0])
+    assert not (elsewhere / "mlruns").exists()
+    # an experiment an older version made inside Ray's copy is named, not used silently
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(uri).create_experiment("old", artifact_location=f"/tmp/ray/session_x{runs.RAY_COPY}_ray_pkg_1/mlruns/2")
+    runs.start_run(uri, "old", "r", {}, {}, "")
+    assert "keeps its artifacts in Ray's temporary copy" in capsys.readouterr().err
+
+
 def test_rank_0_stops_when_its_run_is_not_in_the_store(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     runs.start_run(uri, "lost", "exists", {"a": "1"}, {}, "a: 1\n")  # the store exists, the run below does not

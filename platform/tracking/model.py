@@ -1,0 +1,89 @@
+"""The best checkpoint as an MLflow model: the PyTorch flavour, so MLflow's UI shows it in the
+runs table's "Models" column and on the experiment's Models tab, and it can be registered
+(``mlflow.register_model("models:/<model_id>", NAME)``) and loaded with
+``mlflow.pytorch.load_model``.
+
+What one model directory holds (``save``):
+
+- the ``nn.Module`` with the best checkpoint's weights (MLflow's pickled PyTorch model, not its
+  ``pt2`` graph format: that one traces ``forward`` on an example tensor, while our models take
+  ``Source`` batches with trees), with the ``models`` package as its code (``code/models``), so it
+  loads where this repository is absent;
+- beside it, as MLflow "extra files": the source and target SentencePiece models, the resolved
+  ``config.yaml`` and ``dataset.json`` (languages, vocabulary sizes and the prepare settings a
+  new input must be encoded with);
+- ``requirements.txt`` naming the torch and sentencepiece it was saved with (given, not inferred:
+  MLflow's inference would load the model once more in a subprocess).
+
+The checkpoint stays the training's own artifact (``best/checkpoint.pt``, which ``platform.
+evaluate``/``translate --run`` use); this is the same weights in MLflow's format.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from pathlib import Path
+
+MODEL_NAME = "model"  # the logged model's name (MLflow's default artifact name)
+
+
+def save(checkpoint: Path, directory: Path) -> dict[str, str]:
+    """Write the MLflow model of ``checkpoint`` into ``directory`` (which must not exist);
+    returns the logged model's params (model name, languages, best epoch)."""
+    import mlflow.pytorch
+    import sentencepiece
+    import torch
+
+    import models
+    from platform import config as config_io
+    from platform.training.checkpoint import load_checkpoint, model_from_checkpoint
+
+    state = load_checkpoint(checkpoint)
+    model, config = model_from_checkpoint(state)
+    meta = state["dataset_meta"]
+    extras = directory.parent / f"{directory.name}-extra"
+    extras.mkdir(parents=True, exist_ok=True)
+    for side, tensor in state["subword_models"].items():  # exactly the subword models it was trained with
+        (extras / f"{side}.model").write_bytes(bytes(tensor.numpy().tobytes()))
+    (extras / "config.yaml").write_text(config_io.dump_yaml(config), encoding="utf-8")
+    (extras / "dataset.json").write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+    quiet = logging.getLogger("mlflow.pytorch")  # its warning about pickle: the reason is in this docstring
+    level, quiet.level = quiet.level, logging.ERROR
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no signature": the module takes Source batches, not a DataFrame
+        mlflow.pytorch.save_model(
+            model, str(directory), serialization_format="pickle", code_paths=[str(Path(models.__file__).parent)],
+            extra_files=[str(path) for path in sorted(extras.iterdir())],
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"sentencepiece=={sentencepiece.__version__}"])
+    quiet.setLevel(level)
+    return {"model": config.model.name, "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"],
+            "epoch": str(state["progress"]["epoch"])}
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    """A model directory as relative path → bytes (what crosses to the relay)."""
+    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts}
+
+
+def log(mlflow_client, run_id: str, files: dict[str, bytes], step: int, params: dict[str, str],
+        created: dict[str, str]) -> str:
+    """Log a saved model directory (``files_of``) as an MLflow 3 logged model of ``run_id``: create
+    it, upload its files, mark it READY and link it to the run as an output at ``step``; returns
+    its id.  ``created`` remembers the id across retries (an outage between the steps), so a
+    retried call finishes the same model instead of creating a second one."""
+    from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+
+    from platform.tracking.artifacts import upload_model_files
+
+    if "model_id" not in created:
+        experiment_id = mlflow_client.get_run(run_id).info.experiment_id
+        created["model_id"] = mlflow_client.create_logged_model(
+            experiment_id, name=MODEL_NAME, source_run_id=run_id, params=params, model_type="translation").model_id
+    model_id = created["model_id"]
+    upload_model_files(mlflow_client, model_id, files)
+    mlflow_client.finalize_logged_model(model_id, LoggedModelStatus.READY)
+    mlflow_client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
+    return model_id

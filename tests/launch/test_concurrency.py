@@ -1,0 +1,24 @@
+"""How many trials a sweep runs at once, read off a real (local, 4-CPU, GPU-less) Ray cluster."""
+
+import pytest
+
+from platform.errors import UserError
+from platform.launch.sweep import max_concurrent_trials
+
+
+def test_a_local_cluster_runs_what_fits_and_refuses_what_never_can(ray_cluster):
+    assert max_concurrent_trials(1, 1.0, 0.0) == 2  # 4 CPUs: (1 worker + 1 driver CPU) × 2
+    assert max_concurrent_trials(1, 1.0, 0.0, requested=10) == 2
+    assert max_concurrent_trials(1, 1.0, 0.0, requested=1) == 1
+    with pytest.raises(UserError, match=r"^the cluster \(4 CPUs, 0 GPUs\) cannot fit one trial of 1 workers"):
+        max_concurrent_trials(1, 1.0, 1.0)
+
+
+def test_a_joined_cluster_waits_for_its_autoscaler_instead_of_refusing(ray_cluster):
+    """A ray up head before its first GPU worker: nothing fits yet, and that is no error."""
+    said = []
+    assert max_concurrent_trials(1, 1.0, 1.0, requested=3, joined=True, log=said.append) == 3
+    assert said == ["cluster: 4 CPUs, 0 GPUs up now, 0 trial(s) fit; the others wait for Ray's autoscaler to add nodes"]
+    assert max_concurrent_trials(1, 1.0, 1.0, joined=True, log=said.append) == 1
+    assert max_concurrent_trials(1, 1.0, 0.0, requested=1, joined=True, log=said.append) == 1  # fits now: no line
+    assert len(said) == 2

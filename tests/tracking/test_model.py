@@ -1,0 +1,95 @@
+"""The best checkpoint as an MLflow model (PyTorch flavour), logged into a real store through
+RunLogger, then loaded back and registered as a user would."""
+
+import mlflow
+import mlflow.pytorch
+import pytest
+import torch
+from mlflow.entities import LoggedModelStatus
+from mlflow.tracking import MlflowClient
+
+from platform.data.batching import ShardedBatches
+from platform.data.dataset import PreparedDataset
+from platform.tracking import model as mlflow_model
+from platform.tracking import runs
+from platform.tracking.logger import RunLogger
+from platform.training.checkpoint import checkpoint_state, save_checkpoint
+from platform.training.config import load_train_config
+from platform.training.context import Context
+from platform.training.step import build_training
+
+TINY = {"name": "dbsa", "num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64,
+        "dropout": 0.1, "p_enc": 1, "p_dec": 2}
+
+
+@pytest.fixture()
+def checkpoint(demo_dataset, tmp_path):
+    config = load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600}})
+    dataset = PreparedDataset.open(demo_dataset)
+    torch.manual_seed(3)
+    model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
+    state = checkpoint_state(model, optimizer, scheduler, ShardedBatches(dataset.train, config.batching), config,
+                             {"epoch": 2, "step": 7, "history": []}, dataset.subword_bytes, dataset.meta)
+    return save_checkpoint(state, tmp_path / "checkpoint.pt"), model.state_dict(), dataset
+
+
+def test_the_best_checkpoint_is_a_registrable_pytorch_model_of_its_run(checkpoint, tmp_path, monkeypatch):
+    path, weights, dataset = checkpoint
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.chdir(tmp_path)  # the store's default artifact root (./mlartifacts) lands here
+    run_id = runs.start_run(uri, "models", "r", {}, {}, "")
+    params = mlflow_model.save(path, tmp_path / "mlflow_model")
+    assert params == {"model": "dbsa", "src_lang": dataset.meta["src_lang"], "tgt_lang": dataset.meta["tgt_lang"],
+                      "epoch": "2"}
+    logger = RunLogger(uri, run_id)
+    logger.model(tmp_path / "mlflow_model", 2, params)
+    assert logger.close() == []
+
+    client = MlflowClient(uri)
+    outputs = client.get_run(run_id).outputs.model_outputs  # the runs table's "Models" column
+    assert [output.step for output in outputs] == [2]
+    logged = client.get_logged_model(outputs[0].model_id)
+    assert logged.status == LoggedModelStatus.READY
+    assert logged.source_run_id == run_id and logged.params["model"] == "dbsa"
+
+    mlflow.set_tracking_uri(uri)
+    try:
+        loaded = mlflow.pytorch.load_model(f"models:/{logged.model_id}")
+        version = mlflow.register_model(f"models:/{logged.model_id}", "nmt-dbsa")
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert loaded.__class__.__module__.startswith("models.")  # the project's class, pickled with its code
+    assert set(loaded.state_dict()) == set(weights)
+    for name, tensor in loaded.state_dict().items():  # the checkpoint's weights, exactly
+        assert torch.equal(tensor, weights[name]), name
+    assert str(version.version) == "1" and version.name == "nmt-dbsa"
+    files = {a.path for a in client.list_logged_model_artifacts(logged.model_id)}
+    assert {"MLmodel", "requirements.txt", "code", "extra_files"} <= files, files
+    extra = {a.path.rsplit("/", 1)[-1] for a in client.list_logged_model_artifacts(logged.model_id, "extra_files")}
+    assert extra == {"src.model", "tgt.model", "config.yaml", "dataset.json"}
+
+
+def test_a_retried_model_log_finishes_the_same_model(checkpoint, tmp_path, monkeypatch):
+    """An outage between creating the model and linking it: the retry must not make a second one."""
+    path, _, _ = checkpoint
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.chdir(tmp_path)
+    run_id = runs.start_run(uri, "models", "r", {}, {}, "")
+    params = mlflow_model.save(path, tmp_path / "m")
+    files, created = mlflow_model.files_of(tmp_path / "m"), {}
+
+    class Flaky(MlflowClient):
+        failures = 1
+
+        def log_model_artifacts(self, *args, **kwargs):
+            if Flaky.failures:
+                Flaky.failures -= 1
+                raise ConnectionError("server went away")
+            return super().log_model_artifacts(*args, **kwargs)
+
+    flaky = Flaky(uri)
+    with pytest.raises(ConnectionError):
+        mlflow_model.log(flaky, run_id, files, 2, params, created)
+    model_id = mlflow_model.log(flaky, run_id, files, 2, params, created)
+    experiment = MlflowClient(uri).get_run(run_id).info.experiment_id
+    assert [m.model_id for m in MlflowClient(uri).search_logged_models([experiment])] == [model_id]
