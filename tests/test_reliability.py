@@ -201,8 +201,10 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
         server.stop()
         began = time.monotonic()
         logger.metrics({"dev_bleu": 2.0}, step=2)  # does not raise, does not wait: training goes on
+        logger.tag("best_epoch", "2")
         logger.text("hypotheses of epoch 2\n", "dev_hypotheses/epoch_002.txt")
         logger.metrics({"dev_bleu": 3.0}, step=3)
+        logger.tag("best_epoch", "3")  # sent after the "2" above, or the store would end up saying 2
         assert time.monotonic() - began < 1.0 and logger.waited_s < 1.0
         assert not logger.drain(5) and len(logger.pending) >= 3  # nothing got through
         server.start()
@@ -212,6 +214,7 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
         assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [
             (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
         assert [a.path for a in client.list_artifacts(run_id, "dev_hypotheses")] == ["dev_hypotheses/epoch_002.txt"]
+        assert client.get_run(run_id).data.tags["best_epoch"] == "3"  # in order: metric timestamps cannot show it
         # a CLI's own logger (keep_going=False) fails instead of buffering
         server.stop()
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast here; MLflow retries by default

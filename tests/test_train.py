@@ -38,6 +38,7 @@ def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_da
     assert "dev_bleu" in run.data.metrics and "dev_chrf" in run.data.metrics and "tokens_per_s" in run.data.metrics
     assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [1, 2]
     assert run.data.params["model"] == model and run.data.params["workers"] == "1"
+    assert run.data.tags["mlflow.source.name"] == "platform.train"  # the runs table's Source column
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "best", "plots", "dev_hypotheses"} <= artifacts
     # beside the store, not in Ray's temporary copy of the repository where the relay runs
@@ -93,10 +94,11 @@ def test_a_relative_sqlite_uri_keeps_every_metric(ray_cluster, demo_dataset, tmp
     client, found = runs_of(f"sqlite:///{tmp_path}/heldout.db", "rel-sqlite")
     assert len(found) == 1 and found[0].info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(found[0].info.run_id, "dev_bleu")] == [1, 2]
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path}/mlruns")
+    assert (tmp_path / "mlruns").is_dir()  # the sqlite store's artifacts: beside heldout.db
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path}/file-store")
     refused = run_module("platform.train", *args, "--experiment", "rel-file")
     assert refused.returncode != 0 and "file store is deprecated" in refused.stderr
-    assert "Traceback" not in refused.stderr and not (tmp_path / "mlruns").exists()
+    assert "Traceback" not in refused.stderr and not (tmp_path / "file-store").exists()
 
 
 def test_a_rerun_with_the_same_name_continues_its_run(ray_cluster, demo_dataset, tmp_path):

@@ -1,5 +1,6 @@
 """Real sweeps: real local Ray cluster, real Optuna, real MLflow sqlite store."""
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -43,6 +44,13 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
         assert f"trial {child.data.tags['trial_id']} epoch 1/2  train_loss" in table  # the quiet console's lines
     assert "Reporting training result" not in table and "Configuration for experiment" not in table
     best_trial = parents[0].data.tags["best_trial"]
+    # MLflow's runs table: Source, Dataset and Models filled on the parent's row too
+    assert parents[0].data.tags["mlflow.source.name"] == "platform.tune" == children[0].data.tags["mlflow.source.name"]
+    assert {i.dataset.digest for i in parents[0].inputs.dataset_inputs} == {
+        i.dataset.digest for i in children[0].inputs.dataset_inputs} != set()
+    best_child = next(c for c in children if c.data.tags["trial_id"] == best_trial)
+    assert [o.model_id for o in parents[0].outputs.model_outputs] == [o.model_id for o in best_child.outputs.model_outputs]
+    assert len(best_child.outputs.model_outputs) == 1
     assert f"best: trial {best_trial}" in table and "compare in MLflow: mlflow ui --backend-store-uri" in table
     assert (f"re-run the best config: python -m platform.train --model dbsa --config {tmp_path}/runs/s1/best_config.yaml"
             f" --data {demo_dataset} --experiment sweep --tracking-uri sqlite:///{tmp_path}/mlflow.db") in table
@@ -128,7 +136,9 @@ def test_a_sweep_in_which_every_trial_failed_exits_non_zero_without_a_best_confi
         tune.main(sweep_args(broken, tmp_path, "--name", "all-fail", "--num-samples", "2"))
     assert "\n" not in str(failed.value)
     out = capsys.readouterr().out
-    assert "FAILED" in out and "best:" not in out and "re-run the best config" not in out
+    failed_lines = re.findall(r"^\[ *\d+:\d\d\] trial (\w+) FAILED: (.+)$", out, re.M)
+    assert len({trial for trial, _ in failed_lines}) == 2 and all(why.strip() for _, why in failed_lines), out
+    assert "best:" not in out and "re-run the best config" not in out
     assert not (tmp_path / "runs" / "all-fail" / "best_config.yaml").exists()
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     parent = client.search_runs([client.get_experiment_by_name("sweep").experiment_id], "tags.sweep_parent = 'all-fail'")[0]

@@ -55,7 +55,8 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     run_id = runs.find_run(job.tracking_uri, job.experiment, reuse) if reuse else None
     if run_id is None:
         run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
-                                tags, config_yaml, parent_run_id)
+                                tags, config_yaml, parent_run_id,
+                                source="platform.tune" if parent_run_id else "platform.train")
         runs.log_dataset_inputs(job.tracking_uri, run_id, job.data or str(job.dataset_dir), meta)
     try:
         _fit_with_ray(config, job, run_id, callbacks or [])

@@ -20,6 +20,7 @@ from typing import Any
 from platform import atomic
 from platform import config as config_io
 from platform.data import storage
+from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch.driver import Job, run
 from platform.launch.spaces import Space, space_path
@@ -359,12 +360,14 @@ def closing_lines(sweep: Sweep, rows: list[dict[str, Any]], plots: list[Path]) -
                      f"worst finished or pruned trial {min(scored) if sweep.space.spec.mode == 'max' else max(scored):.2f}")
     for path in plots:
         lines.append(f"plot: {_relative(path)}")
+    # MLflow 3.17's UI opens an experiment on its GenAI traces page whatever the experiment's
+    # kind; ?workflowType=machine_learning opens the runs table (and the UI remembers the choice)
+    page = f"#/experiments/{runs.experiment_id(sweep.tracking_uri, sweep.experiment)}?workflowType=machine_learning"
     if sweep.tracking_uri.startswith(("http://", "https://")):
-        where = (f"{sweep.tracking_uri.rstrip('/')}/#/experiments/{runs.experiment_id(sweep.tracking_uri, sweep.experiment)}"
-                 f"/runs/{sweep.parent_run_id}")
+        where = f"{sweep.tracking_uri.rstrip('/')}/{page}   (parent run {sweep.name}: expand it, tick its trials, then Compare)"
     else:
-        where = (f"mlflow ui --backend-store-uri {sweep.tracking_uri}   (experiment {sweep.experiment}, "
-                 f"parent run {sweep.name}: tick its trials, then Compare)")
+        where = (f"mlflow ui --backend-store-uri {sweep.tracking_uri}, then http://127.0.0.1:5000/{page}   "
+                 f"(parent run {sweep.name}: expand it, tick its trials, then Compare)")
     lines.append(f"compare in MLflow: {where}")
     config = Path(sweep.path) / "best_config.yaml"
     flags = _rerun_flags(sweep)
@@ -459,6 +462,9 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
             atomic.write_file(Path(sweep.path) / "best_config.yaml", lambda handle: handle.write(text))
         logger.metrics({f"best_{sweep.space.spec.metric}": best[sweep.space.spec.metric]}, step=0)
         logger.tag("best_trial", str(best["trial"]))
+        best_run = runs.find_run(sweep.tracking_uri, sweep.experiment, trial_run_tags(sweep.parent_run_id, str(best["trial"])))
+        if best_run is not None:  # the best trial's MLflow model, also on the parent's row
+            runs.link_models(sweep.tracking_uri, best_run, sweep.parent_run_id)
     if shares:
         logger.metrics(shares, step=0)
     histories = {}
@@ -500,5 +506,8 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
               "gpus_per_worker": sweep.job["gpus_per_worker"], "max_concurrent": sweep.max_concurrent,
               "git_commit": sweep.job["git_commit"]}
     space_text = space_path(sweep.space.name).read_text(encoding="utf-8")
-    return runs.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
-                          {"sweep_parent": sweep.name, "space": sweep.space.name}, space_text)
+    run_id = runs.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
+                            {"sweep_parent": sweep.name, "space": sweep.space.name}, space_text, source="platform.tune")
+    data = sweep.job.get("data") or sweep.job["dataset_dir"]  # the runs table's Dataset column, as on the trials
+    runs.log_dataset_inputs(sweep.tracking_uri, run_id, data, read_meta(sweep.job["dataset_dir"]))
+    return run_id

@@ -21,12 +21,15 @@ evaluate``/``translate --run`` use); this is the same weights in MLflow's format
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import warnings
 from pathlib import Path
 
 MODEL_NAME = "model"  # the logged model's name (MLflow's default artifact name)
+PROGRESS_BARS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 
 def save(checkpoint: Path, directory: Path) -> dict[str, str]:
@@ -49,17 +52,34 @@ def save(checkpoint: Path, directory: Path) -> dict[str, str]:
         (extras / f"{side}.model").write_bytes(bytes(tensor.numpy().tobytes()))
     (extras / "config.yaml").write_text(config_io.dump_yaml(config), encoding="utf-8")
     (extras / "dataset.json").write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
-    quiet = logging.getLogger("mlflow.pytorch")  # its warning about pickle: the reason is in this docstring
-    level, quiet.level = quiet.level, logging.ERROR
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "no signature": the module takes Source batches, not a DataFrame
+    with _quiet_mlflow():
         mlflow.pytorch.save_model(
             model, str(directory), serialization_format="pickle", code_paths=[str(Path(models.__file__).parent)],
             extra_files=[str(path) for path in sorted(extras.iterdir())],
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"sentencepiece=={sentencepiece.__version__}"])
-    quiet.setLevel(level)
     return {"model": config.model.name, "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"],
             "epoch": str(state["progress"]["epoch"])}
+
+
+@contextlib.contextmanager
+def _quiet_mlflow():
+    """Without MLflow's warnings about pickle (the reason is in this module's docstring) and a
+    missing signature (the module takes ``Source`` batches, not a DataFrame), and without the
+    progress bar it draws for each extra file it copies."""
+    pytorch_log = logging.getLogger("mlflow.pytorch")
+    level, bars = pytorch_log.level, os.environ.get(PROGRESS_BARS)
+    pytorch_log.setLevel(logging.ERROR)
+    os.environ[PROGRESS_BARS] = "false"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        pytorch_log.setLevel(level)
+        if bars is None:
+            os.environ.pop(PROGRESS_BARS, None)
+        else:
+            os.environ[PROGRESS_BARS] = bars
 
 
 def files_of(directory: Path) -> dict[str, bytes]:

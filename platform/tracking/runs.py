@@ -132,12 +132,13 @@ def experiment_id(tracking_uri: str, name: str) -> str:
 
 
 def start_run(tracking_uri: str, experiment: str, run_name: str, params: dict[str, str], tags: dict[str, str],
-              config_yaml: str, parent_run_id: str | None = None) -> str:
-    """Create a run with its params, tags and ``config.yaml``; returns the run id."""
+              config_yaml: str, parent_run_id: str | None = None, source: str = "platform.train") -> str:
+    """Create a run with its params, tags and ``config.yaml``; returns the run id.  ``source``
+    (the command) and the commit are MLflow's source tags, what its runs table's Source column shows."""
     from mlflow.entities import Param, RunTag
 
     mlflow_client = client(tracking_uri)
-    all_tags = dict(tags)
+    all_tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": source, **tags}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if params.get("git_commit", "unknown") != "unknown":  # the commit column of MLflow's runs table
@@ -177,6 +178,19 @@ def _quoted(value: str) -> str:
     if '"' not in value:
         return f'"{value}"'
     raise UserError(f"the name {value!r} has both kinds of quotes; MLflow cannot search for it: choose another")
+
+
+def link_models(tracking_uri: str, from_run: str, to_run: str) -> int:
+    """Link ``from_run``'s logged models to ``to_run`` as its outputs too (a sweep's parent gets
+    its best trial's model: the parent row's Models column); returns how many."""
+    from mlflow.entities import LoggedModelOutput
+
+    mlflow_client = client(tracking_uri)
+    outputs = mlflow_client.get_run(from_run).outputs
+    models = [LoggedModelOutput(output.model_id, output.step) for output in (outputs.model_outputs if outputs else [])]
+    if models:
+        mlflow_client.log_outputs(to_run, models)
+    return len(models)
 
 
 def status(tracking_uri: str, run_id: str) -> str:

@@ -7,8 +7,8 @@ from platform.launch.sweep import max_concurrent_trials
 
 
 def test_a_local_cluster_runs_what_fits_and_refuses_what_never_can(ray_cluster):
-    assert max_concurrent_trials(1, 1.0, 0.0) == 2  # 4 CPUs: (1 worker + 1 driver CPU) × 2
-    assert max_concurrent_trials(1, 1.0, 0.0, requested=10) == 2
+    assert max_concurrent_trials(1, 1.0, 0.0) == 3  # 4 CPUs: (1 worker CPU + a driver's 0.1) × 3
+    assert max_concurrent_trials(1, 1.0, 0.0, requested=10) == 3
     assert max_concurrent_trials(1, 1.0, 0.0, requested=1) == 1
     with pytest.raises(UserError, match=r"^the cluster \(4 CPUs, 0 GPUs\) cannot fit one trial of 1 workers"):
         max_concurrent_trials(1, 1.0, 1.0)

@@ -5,6 +5,7 @@ trials than fit at once.  MLflow (sqlite) and Optuna are real; nothing is mocked
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -240,6 +241,8 @@ def test_twelve_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_c
         assert run.info.status == "FAILED"
         assert "loss became" in run.data.tags["error"] and "diverged at epoch 1" in run.data.tags["diverged"]
         assert "retry_refused" in run.data.tags  # Ray restarted it once; the new workers refused to train again
+        assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
+        assert re.fullmatch(r"diverged at epoch 1, step \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)", run.data.tags["diverged"])
     assert all(r.info.status == "FINISHED" for r in healthy)
     states = optuna_trial_states(str(space), tmp_path / "runs" / "load", 2)
     assert states.count("FAIL") == len(diverged) and len(states) == 12

@@ -169,3 +169,20 @@ def test_ashas_rungs_are_saved_with_the_searcher_and_restored_into_a_fresh_sched
     assert fresh.on_trial_result(None, late, {"training_iteration": 1, "dev_bleu": 5.0}) == TrialScheduler.CONTINUE
     with pytest.raises(Exception, match="do not match"):
         restore_scheduler_state(_asha(8), scheduler_state(scheduler))  # other max epochs: refused
+
+
+def test_the_best_config_never_comes_from_a_failed_trial():
+    """Rows come sorted by the metric whatever the status; a failed trial's partial score may top them."""
+    from platform.launch.sweep import best_row
+
+    rows = [{"trial": "failed", "status": "ERROR", "dev_bleu": 50.0},
+            {"trial": "pruned", "status": "PRUNED", "dev_bleu": 10.0},
+            {"trial": "complete", "status": "COMPLETE", "dev_bleu": 8.0}]
+    assert best_row(rows, "dev_bleu")["trial"] == "pruned"
+    assert best_row(rows[:1], "dev_bleu") is None
+
+
+def test_failure_retries_default_to_two_restarts_for_a_training():
+    from platform import train
+
+    assert train.build_parser().parse_args(["--model", "dbsa"]).max_failures == 2

@@ -149,3 +149,24 @@ def test_the_relay_does_not_queue_one_trials_calls_behind_anothers_upload(ray_cl
         assert [a.path for a in MlflowClient(server.uri).list_artifacts(uploading, "best")] == ["best/checkpoint.pt"]
     finally:
         server.stop()
+
+
+def test_a_resumed_run_logs_the_epochs_an_outage_kept_from_mlflow_once(tmp_path):
+    """The checkpoint's history holds epochs 1-3; MLflow got epoch 1 only (an outage, then the
+    worker died): the restarted rank 0 logs 2 and 3, and not 1 a second time."""
+    from mlflow.tracking import MlflowClient
+
+    from platform.launch.worker import RayHooks
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = runs.start_run(uri, "resume", "r", {}, {}, "")
+    history = [{"epoch": float(e), "dev_bleu": 10.0 * e} for e in (1, 2, 3)]
+    first = RunLogger(uri, run_id)
+    first.metrics(history[0], step=1)
+    assert first.close() == []
+    hooks = RayHooks.__new__(RayHooks)  # the restarted rank 0's hooks, without a Ray Train context
+    hooks.logger, hooks.history = RunLogger(uri, run_id), history
+    hooks._relog_missing_epochs()
+    assert hooks.logger.close() == []
+    logged = [(m.step, m.value) for m in MlflowClient(uri).get_metric_history(run_id, "dev_bleu")]
+    assert logged == [(1, 10.0), (2, 20.0), (3, 30.0)]
