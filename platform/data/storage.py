@@ -124,20 +124,28 @@ def locate(location: str | Path) -> Location:
         return Location(LocalFileSystem(), str(path), str(path))
     base, mark, options = text.partition("?")
     try:
-        fs, path = _open(text, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+        fs, path = _open(text, _aws_settings())
     except (ValueError, OSError, TypeError) as error:  # ArrowInvalid is a ValueError
         raise UserError(f"{base}: cannot open this location: {_first_line(error)}") from None
     return Location(fs, path.rstrip("/"), f"{base.rstrip('/')}{mark}{options}")
 
 
 @functools.lru_cache(maxsize=64)
-def _open(uri: str, settings: tuple):
-    """``FileSystem.from_uri``, once per URI and AWS settings (``settings``: the environment's
-    ``AWS_*``) in a process: for s3 it asks AWS for the bucket's region unless the URI gives
-    ``region=``."""
+def _open(uri: str, settings: str):
+    """``FileSystem.from_uri``, once per URI and AWS settings (``_aws_settings``) in a process:
+    for s3 it asks AWS for the bucket's region unless the URI gives ``region=``."""
     from pyarrow.fs import FileSystem
 
     return FileSystem.from_uri(uri)
+
+
+def _aws_settings() -> str:
+    """A digest of the environment's ``AWS_*`` variables (endpoint, keys, region): another
+    endpoint or key opens another filesystem, and the cache keeps no secret."""
+    digest = hashlib.sha256()
+    for key in sorted(name for name in os.environ if name.startswith("AWS_")):
+        digest.update(f"{key}={os.getenv(key)}\0".encode())
+    return digest.hexdigest()
 
 
 def check_writable(directory: Location) -> None:
