@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from platform import config as config_io
 from platform.data import dataset as ds

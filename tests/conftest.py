@@ -172,6 +172,75 @@ class MlflowServer:
         self.process.wait(timeout=60)
 
 
+class MlflowOutage:
+    """A real ``mlflow server`` on 127.0.0.1 that a thread SIGKILLs once the first run of the
+    experiment ``outage`` has logged epoch 1, and starts again ``seconds`` later: train with
+    ``--tracking-uri outage.uri --experiment outage``, then ``checked_run()``.  One harness for
+    the outage tests on one machine and across nodes that share no disk."""
+
+    EXPERIMENT = "outage"
+
+    def __init__(self, directory: Path, seconds: float = 20.0):
+        self.server, self.seconds = MlflowServer(directory), seconds
+        self.times: list[float] = []  # when it went down, when it came back
+        self.failures: list[BaseException] = []
+        self.thread = None
+
+    @property
+    def uri(self) -> str:
+        return self.server.uri
+
+    def __enter__(self) -> "MlflowOutage":
+        import threading
+
+        self.server.start()
+        self.thread = threading.Thread(target=self._kill_and_restart, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *error) -> None:
+        self.thread.join(timeout=400)
+        if self.server.process.poll() is None:
+            self.server.stop()
+
+    def _epoch_1_logged(self) -> bool:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(self.uri)
+        experiment = client.get_experiment_by_name(self.EXPERIMENT)
+        found = client.search_runs([experiment.experiment_id]) if experiment else []
+        return bool(found) and "dev_bleu" in found[0].data.metrics
+
+    def _kill_and_restart(self) -> None:
+        try:
+            wait_for(self._epoch_1_logged, 300, "epoch 1 in MLflow", poll=0.5)
+            self.server.stop()
+            self.times.append(time.time())
+            time.sleep(self.seconds)
+            self.times.append(time.time())
+            self.server.start()
+        except BaseException as error:  # noqa: BLE001 - reported by checked_run
+            self.failures.append(error)
+
+    def checked_run(self, epochs: int = 4):
+        """After training: the outage happened; the run FINISHED with every epoch (some measured
+        while the server was down), ``tracking_wait_s`` < 3 s (rank 0, so no rank, was never held
+        up by MLflow) and its artifacts; returns the run."""
+        from mlflow.tracking import MlflowClient
+
+        self.thread.join(timeout=400)
+        assert not self.failures and len(self.times) == 2, self.failures
+        client = MlflowClient(self.uri)
+        (run,) = client.search_runs([client.get_experiment_by_name(self.EXPERIMENT).experiment_id])
+        assert run.info.status == "FINISHED"
+        history = client.get_metric_history(run.info.run_id, "dev_bleu")
+        assert [m.step for m in history] == list(range(1, epochs + 1))  # every epoch arrived
+        assert any(self.times[0] <= m.timestamp / 1000 <= self.times[1] for m in history)  # measured while down
+        assert run.data.metrics["tracking_wait_s"] < 3.0
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"best", "plots", "dev_hypotheses"}
+        return run
+
+
 class MotoServer:
     """A real S3-compatible endpoint (moto's standalone server) on 127.0.0.1."""
 

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -231,54 +230,15 @@ def test_a_server_outage_during_2_worker_training_through_the_relay_loses_nothin
         ray_cluster, demo_dataset, tmp_path):
     """The production path: the server on 127.0.0.1, so rank 0's calls go through the relay actor;
     the server is SIGKILLed once epoch 1 is logged and restarted 20 s later."""
-    from mlflow.tracking import MlflowClient
-
-    from conftest import wait_for
+    from conftest import MlflowOutage
     from platform import train
 
-    server = MlflowServer(tmp_path)
-    server.start()
-    args = ["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2", "--max-epochs", "4",
-            "--set", "max_steps_per_epoch=20", "--experiment", "outage", "--tracking-uri", server.uri,
-            "--storage-path", str(tmp_path / "runs"), "--max-failures", "0"]
-    outage: list[float] = []
-    failures: list[BaseException] = []
-
-    def epoch_1_logged():
-        client = MlflowClient(server.uri)
-        experiment = client.get_experiment_by_name("outage")
-        found = client.search_runs([experiment.experiment_id]) if experiment else []
-        return found and "dev_bleu" in found[0].data.metrics
-
-    def kill_and_restart():
-        try:
-            wait_for(epoch_1_logged, 300, "epoch 1 in MLflow", poll=0.5)
-            server.stop()
-            outage.append(time.time())
-            time.sleep(20)
-            outage.append(time.time())
-            server.start()
-        except BaseException as error:  # noqa: BLE001 - reported below
-            failures.append(error)
-
-    killer = threading.Thread(target=kill_and_restart)
-    killer.start()
-    try:
-        assert train.main(args) == 0
-    finally:
-        killer.join(timeout=400)
-        if server.process.poll() is None:
-            server.stop()
-    assert not failures and len(outage) == 2
-    server.start()
-    client = MlflowClient(server.uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("outage").experiment_id])
-    assert run.info.status == "FINISHED"
-    history = client.get_metric_history(run.info.run_id, "dev_bleu")
-    assert [m.step for m in history] == [1, 2, 3, 4]  # every epoch arrived
-    assert any(outage[0] <= m.timestamp / 1000 <= outage[1] for m in history)  # some were measured while it was down
-    assert run.data.metrics["tracking_wait_s"] < 3.0  # rank 0 (so no rank) was never held up by MLflow
-    assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"best", "plots", "dev_hypotheses"}
+    with MlflowOutage(tmp_path) as outage:
+        assert train.main(["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2",
+                           "--max-epochs", "4", "--set", "max_steps_per_epoch=20", "--experiment", outage.EXPERIMENT,
+                           "--tracking-uri", outage.uri, "--storage-path", str(tmp_path / "runs"),
+                           "--max-failures", "0"]) == 0
+        outage.checked_run()
 
 
 @pytest.fixture(scope="module")
