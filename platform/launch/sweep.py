@@ -463,7 +463,7 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
         logger.metrics({f"best_{sweep.space.spec.metric}": best[sweep.space.spec.metric]}, step=0)
         logger.tag("best_trial", str(best["trial"]))
         best_run = runs.find_run(sweep.tracking_uri, sweep.experiment, trial_run_tags(sweep.parent_run_id, str(best["trial"])))
-        if best_run is not None:  # the best trial's MLflow model, also on the parent's row
+        if best_run is not None:  # the best trial's MLflow model, also among the parent run's outputs
             runs.link_models(sweep.tracking_uri, best_run, sweep.parent_run_id)
     if shares:
         logger.metrics(shares, step=0)

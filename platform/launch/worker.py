@@ -181,11 +181,22 @@ class RayHooks:
             best = self.workdir / "best" / CHECKPOINT_FILE
             log_parse_heat_map(self.logger, best, self.dataset_dir, self.workdir)
             if best.exists():  # the best checkpoint as an MLflow model (runs table's Models column, registry)
-                from platform.tracking import model
-
-                params = model.save(best, self.workdir / "mlflow_model")
-                self.logger.model(self.workdir / "mlflow_model", int(params["epoch"]), params)
+                self._log_mlflow_model(best)
             for path in epoch_files(self.workdir / LAST_EPOCHS):  # for evaluate --average-last
                 self.logger.artifact(path, LAST_EPOCHS)
             # how long MLflow held training up (the sender thread's own waits excluded): ~0 by design
             self.logger.metrics({"tracking_wait_s": self.logger.waited_s}, step=len(self.history))
+
+    def _log_mlflow_model(self, best: Path) -> None:
+        """A training that finished stays finished if MLflow cannot save its model: the
+        checkpoint is logged already; the reason goes to a warning and the tag ``mlflow_model_error``."""
+        from platform.tracking import model
+
+        try:
+            params = model.save(best, self.workdir / "mlflow_model")
+        except Exception as error:  # noqa: BLE001 - said below, the run goes on
+            reason = " ".join(str(error).split())[:300] or type(error).__name__
+            sys.stderr.write(f"warning: the best checkpoint was not saved as an MLflow model: {reason}\n")
+            self.logger.tag("mlflow_model_error", reason)
+            return
+        self.logger.model(self.workdir / "mlflow_model", int(params["epoch"]), params)

@@ -93,3 +93,22 @@ def test_a_retried_model_log_finishes_the_same_model(checkpoint, tmp_path, monke
     model_id = mlflow_model.log(flaky, run_id, files, 2, params, created)
     experiment = MlflowClient(uri).get_run(run_id).info.experiment_id
     assert [m.model_id for m in MlflowClient(uri).search_logged_models([experiment])] == [model_id]
+
+
+def test_a_model_mlflow_cannot_save_leaves_the_finished_training_finished(tmp_path, monkeypatch, capsys):
+    """Rank 0's end of training with a best checkpoint MLflow cannot turn into a model: a warning
+    and the tag ``mlflow_model_error``, not a failed run after all its epochs."""
+    from platform.launch.worker import RayHooks
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.chdir(tmp_path)
+    run_id = runs.start_run(uri, "models", "r", {}, {}, "")
+    broken = tmp_path / "checkpoint.pt"
+    broken.write_bytes(b"not a checkpoint")
+    hooks = RayHooks.__new__(RayHooks)  # rank 0's hooks, without a Ray Train context
+    hooks.logger, hooks.workdir = RunLogger(uri, run_id), tmp_path
+    hooks._log_mlflow_model(broken)
+    assert hooks.logger.close() == []
+    run = MlflowClient(uri).get_run(run_id)
+    assert run.data.tags["mlflow_model_error"] and not run.outputs.model_outputs
+    assert "not saved as an MLflow model" in capsys.readouterr().err
