@@ -6,7 +6,8 @@ On one machine every path is shared, so nothing happens.  On a cluster of severa
 
 * the storage path must be reachable from every node (Ray Train V2 writes checkpoints there
   from the workers and reads them back on restarts): the driver writes a probe file and a task
-  on each node looks for it; a node that cannot see it is a one-line error naming the node.
+  on each node looks for it and writes one of its own beside it; a node that cannot see it, or
+  cannot write there, is a one-line error naming the node.
 * a local dataset (the demo corpus included) is copied once into the storage, under
   ``datasets/<sha256 of its files>`` (``storage.publish``: its marker last, so a copy that
   died midway is done again), and the workers read it from there; a URI dataset is used as is.
@@ -80,11 +81,19 @@ def check_storage(storage_path: str) -> None:
 
 
 def _sees(uri: str) -> str | None:
-    """On one node: None if ``uri`` exists there, else why not."""
+    """On one node: None if ``uri`` exists there and the node can write beside it (Ray Train's
+    workers write their checkpoints there), else why not."""
     from platform.data import storage as node_storage
 
     try:
-        return None if node_storage.locate(uri).exists() else "the driver's probe file is not there"
+        probe = node_storage.locate(uri)
+        if not probe.exists():
+            return "the driver's probe file is not there"
+        base, mark, options = uri.partition("?")
+        written = node_storage.locate(f"{base}-{uuid.uuid4().hex[:8]}{mark}{options}")
+        written.write_bytes(b"written by a node\n")  # a read-only mount fails here, not at the first checkpoint
+        written.delete()
+        return None
     except Exception as error:  # noqa: BLE001 - any failure is the answer
         return str(error).splitlines()[0] if str(error) else type(error).__name__
 

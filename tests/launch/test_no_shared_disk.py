@@ -37,11 +37,14 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def hidden_node_script(hide: list[Path], keep: Path, address: str, num_cpus: int) -> str:
-    """The worker node's start: in a private mount namespace, empty tmpfs over every hidden
-    directory, the interpreter's environment bound back at its own path if it lay inside one."""
+def hidden_node_script(hide: list[Path], keep: Path, address: str, num_cpus: int, read_only: Path | None = None) -> str:
+    """The worker node's start: in a private mount namespace, ``read_only`` made read-only, empty
+    tmpfs over every hidden directory, the interpreter's environment bound back at its own path
+    if it lay inside one."""
     prefix = Path(sys.prefix).resolve()
     lines = ["set -euo pipefail"]
+    if read_only is not None:
+        lines += [f"mount --bind {read_only} {read_only}", f"mount -o remount,bind,ro {read_only}"]
     inside = any(prefix.is_relative_to(directory) for directory in hide)
     if inside:
         lines.append(f"mount --bind {prefix} {keep}")
@@ -72,8 +75,8 @@ PROBE = textwrap.dedent("""
 class HiddenNodeCluster:
     """``ray start --head --num-cpus 0`` here, and a 4-CPU worker node that sees none of ``hide``."""
 
-    def __init__(self, hide: list[Path], env: dict[str, str]):
-        self.hide, self.env = hide, env
+    def __init__(self, hide: list[Path], env: dict[str, str], read_only: Path | None = None):
+        self.hide, self.env, self.read_only = hide, env, read_only
         self.keep = Path(tempfile.mkdtemp(prefix="nmt-keep-venv-"))
         from ray._private.services import get_node_ip_address
 
@@ -86,7 +89,7 @@ class HiddenNodeCluster:
         subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", "--dashboard-host=127.0.0.1",
                         f"--dashboard-port={free_port()}", "--disable-usage-stats"],
                        env=self.env, check=True, capture_output=True, timeout=180)
-        script = hidden_node_script(self.hide, self.keep, self.address, num_cpus=4)
+        script = hidden_node_script(self.hide, self.keep, self.address, num_cpus=4, read_only=self.read_only)
         started = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
                                  env=self.env, capture_output=True, text=True, timeout=180)
         assert started.returncode == 0, started.stderr[-3000:]
@@ -127,7 +130,8 @@ def cluster(tmp_path_factory):
     env.pop("PYTHONPATH", None)
     s3.start(env)
     shared = Path(tempfile.mkdtemp(prefix="nmt-shared-storage-"))  # a shared file system: both nodes see it
-    hidden = HiddenNodeCluster([ROOT, tmp_path_factory.getbasetemp().resolve()], env)
+    (shared / "read-only").mkdir()  # ... but this part of it is mounted read-only on the worker node
+    hidden = HiddenNodeCluster([ROOT, tmp_path_factory.getbasetemp().resolve()], env, read_only=shared / "read-only")
     try:
         s3.create_bucket(BUCKET)
         sees = hidden.start()
@@ -200,6 +204,22 @@ def test_a_storage_path_the_worker_node_cannot_reach_is_one_line_before_any_trai
     assert "Traceback" not in result.stderr
     client = MlflowClient(store)
     experiment = client.get_experiment_by_name("blind")
+    assert experiment is None or client.search_runs([experiment.experiment_id]) == []  # nothing started
+
+
+def test_a_storage_path_the_worker_node_can_only_read_is_one_line_before_any_training(cluster, tmp_path):
+    """Seen from the worker node the probe file is there, but checkpoints could not be written."""
+    hidden = cluster["cluster"]
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    storage = cluster["shared"] / "read-only"
+    result = cli(cluster, "train", "--model", "transformer", "--smoke", "--address", hidden.address,
+                 "--storage-path", storage, "--tracking-uri", store, "--experiment", "read-only", cwd=tmp_path)
+    assert result.returncode != 0
+    error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and f"--storage-path {storage}: not reachable from node" in error[0], result.stderr
+    assert "cannot write" in error[0] and "Traceback" not in result.stderr
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("read-only")
     assert experiment is None or client.search_runs([experiment.experiment_id]) == []  # nothing started
 
 
