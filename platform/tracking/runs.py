@@ -182,7 +182,8 @@ def _quoted(value: str) -> str:
 
 def link_models(tracking_uri: str, from_run: str, to_run: str) -> int:
     """Link ``from_run``'s logged models to ``to_run`` as its outputs too (a sweep's parent gets
-    its best trial's model: the parent row's Models column); returns how many."""
+    its best trial's model, for the API: MLflow 3.17's UI shows a model only on the row of the
+    run that logged it); returns how many."""
     from mlflow.entities import LoggedModelOutput
 
     mlflow_client = client(tracking_uri)
