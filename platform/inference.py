@@ -68,15 +68,18 @@ def averaged_weights(count: int, *, run_id: str | None, checkpoint: Path, tracki
     if run_id is not None:
         from platform.tracking.store import client
 
-        try:
-            directory = Path(client(tracking_uri).download_artifacts(run_id, LAST_EPOCHS, tempfile.mkdtemp(prefix="nmt-avg-")))
-        except Exception:  # no such artifact: the run kept none
-            directory = Path(tempfile.mkdtemp(prefix="nmt-avg-"))
-        where = f"MLflow run {run_id}"
-    else:
-        directory = next((d / LAST_EPOCHS for d in (checkpoint.parent, checkpoint.parent.parent) if (d / LAST_EPOCHS).is_dir()),
-                         checkpoint.parent / LAST_EPOCHS)
-        where = str(directory)
+        with tempfile.TemporaryDirectory(prefix="nmt-avg-") as scratch:  # the run's copies go once averaged
+            try:
+                directory = Path(client(tracking_uri).download_artifacts(run_id, LAST_EPOCHS, scratch))
+            except Exception:  # no such artifact: the run kept none
+                directory = Path(scratch)
+            return _average_kept(directory, count, f"MLflow run {run_id}")
+    directory = next((d / LAST_EPOCHS for d in (checkpoint.parent, checkpoint.parent.parent) if (d / LAST_EPOCHS).is_dir()),
+                     checkpoint.parent / LAST_EPOCHS)
+    return _average_kept(directory, count, str(directory))
+
+
+def _average_kept(directory: Path, count: int, where: str) -> dict:
     files = epoch_files(directory)
     if len(files) < count:
         raise UserError(f"--average-last {count}: {where} kept the weights of {len(files)} epoch(s) "
@@ -111,8 +114,14 @@ class Trained:
         weights replaced by the average of the last N epochs' (``training.averaging``)."""
         if (run_id is None) == (checkpoint is None):
             raise UserError("give exactly one of --run and --checkpoint")
-        if run_id is not None:
-            checkpoint = fetch_checkpoint(run_id, tracking_uri, tempfile.mkdtemp(prefix="nmt-ckpt-"))
+        if run_id is None:
+            return cls._load(Path(checkpoint), run_id, tracking_uri, device, average_last)
+        with tempfile.TemporaryDirectory(prefix="nmt-ckpt-") as scratch:  # the run's copy goes once loaded
+            return cls._load(fetch_checkpoint(run_id, tracking_uri, scratch), run_id, tracking_uri, device, average_last)
+
+    @classmethod
+    def _load(cls, checkpoint: Path, run_id: str | None, tracking_uri: str | None, device: str,
+              average_last: int | None) -> "Trained":
         if not Path(checkpoint).exists():
             raise UserError(f"{checkpoint}: checkpoint not found")
         try:

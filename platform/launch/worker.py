@@ -5,6 +5,7 @@ with ``RayHooks`` (DDP wrapping, checkpoints through ``ray.train.report``, resum
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -17,7 +18,7 @@ from platform.training.averaging import LAST_EPOCHS, epoch_files, keep_epoch
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.context import Context
-from platform.training.loop import fit, write_temp_checkpoint
+from platform.training.loop import fit, temp_checkpoint
 from platform.training.step import Diverged
 
 
@@ -36,7 +37,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     system, node_logger = _system_metrics(hooks, loop)
     try:
         fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"))
-        hooks.finish()
+        hooks.finish()  # done already with the last epoch's report, unless no epoch was left to train
     finally:
         if system is not None:
             system.stop()
@@ -44,6 +45,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
             node_logger.close()
         if hooks.logger is not None:
             hooks.logger.close()  # a last try at what an outage held back; says what is lost
+        shutil.rmtree(hooks.workdir, ignore_errors=True)  # what it held is in MLflow (or named lost by close)
 
 
 def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
@@ -101,6 +103,7 @@ class RayHooks:
                 raise Diverged(reason)
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
+        self.finished = False
 
     def resume(self) -> dict | None:
         import ray.train
@@ -146,7 +149,11 @@ class RayHooks:
         return ray.train.torch.prepare_model(model, move_to_device=False, parallel_strategy="ddp",
                                              parallel_strategy_kwargs={"find_unused_parameters": unused})
 
-    def report(self, metrics, state, evaluation, is_best) -> None:
+    def report(self, metrics, state, evaluation, is_best, final=False) -> None:
+        """Rank 0 logs the epoch and reports it to Ray with its checkpoint; after the final epoch,
+        the end-of-run logging (``finish``) comes *before* that report: in a sweep, the last
+        result is what makes Tune stop the trial (ASHA's ``max_t``) and tear its workers down, so
+        anything after it would be cut off (and was: no MLflow model for any complete trial)."""
         import ray.train
 
         if self.rank != 0:
@@ -154,8 +161,10 @@ class RayHooks:
             return
         self.history.append(metrics)
         self._log(metrics, state, evaluation, is_best)
-        directory = write_temp_checkpoint(state)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
+        if final:
+            self.finish()
+        with temp_checkpoint(state) as directory:
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
 
     def _log(self, metrics, state, evaluation, is_best) -> None:
         from platform.tracking import plots  # matplotlib: only rank 0 needs it
@@ -175,6 +184,11 @@ class RayHooks:
                 self.logger.text("\n".join(evaluation.hypotheses) + "\n", "dev_hypotheses/best.txt")
 
     def finish(self) -> None:
+        """The end of the run, once: the parse heat map, the best checkpoint as an MLflow model,
+        the last epochs' weights and how long MLflow held training up."""
+        if self.finished:
+            return
+        self.finished = True
         if self.rank == 0 and self.logger is not None:
             from platform.tracking.diagnostics import log_parse_heat_map
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,8 +43,10 @@ class Hooks:
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model
 
-    def report(self, metrics: dict[str, float], state: dict | None, evaluation: Evaluation | None, is_best: bool) -> None:
-        pass
+    def report(self, metrics: dict[str, float], state: dict | None, evaluation: Evaluation | None, is_best: bool,
+               final: bool = False) -> None:
+        """An epoch's metrics (and, on rank 0, its checkpoint state); ``final``: the training's last
+        epoch (its last one, or early stopping), so the end-of-run work belongs before it is reported."""
 
     def diverged(self, reason: str) -> None:
         """Training stops for good with ``reason`` (the loss became NaN/inf)."""
@@ -65,7 +69,7 @@ class LocalHooks(Hooks):
     def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
         keep_epoch(Path(self.directory) / LAST_EPOCHS, epoch, weights, keep)
 
-    def report(self, metrics, state, evaluation, is_best) -> None:
+    def report(self, metrics, state, evaluation, is_best, final=False) -> None:
         self.reported.append(metrics)
         if state is not None:
             save_checkpoint(state, Path(self.directory) / "last.pt")
@@ -121,7 +125,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
         if ctx.rank == 0:
             log(progress_line(metrics, config.max_epochs))
             hooks.keep_weights(epoch + 1, state["model"], config.keep_last_epochs)
-        hooks.report(metrics, state, evaluation, is_best)
+        hooks.report(metrics, state, evaluation, is_best, final=stop or epoch + 1 == config.max_epochs)
         if stop:
             if ctx.rank == 0:
                 log(f"early stopping: no better dev_bleu for {config.patience} epochs")
@@ -183,8 +187,11 @@ def progress_line(metrics: dict[str, float], max_epochs: int) -> str:
     return "  ".join(parts)
 
 
-def write_temp_checkpoint(state: dict) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="ckpt-"))
-    save_checkpoint(state, directory / CHECKPOINT_FILE)
-    return directory
+@contextmanager
+def temp_checkpoint(state: dict) -> Iterator[Path]:
+    """``state`` saved in a temporary directory for as long as the block runs (Ray copies it to
+    the run's storage in ``ray.train.report``); removed after, so no epoch's copy stays behind."""
+    with tempfile.TemporaryDirectory(prefix="nmt-ckpt-") as directory:
+        save_checkpoint(state, Path(directory) / CHECKPOINT_FILE)
+        yield Path(directory)
 
