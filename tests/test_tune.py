@@ -51,6 +51,11 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     best_child = next(c for c in children if c.data.tags["trial_id"] == best_trial)
     assert [o.model_id for o in parents[0].outputs.model_outputs] == [o.model_id for o in best_child.outputs.model_outputs]
     assert len(best_child.outputs.model_outputs) == 1
+    # every trial that ran all its epochs has its end-of-run logging (Tune stops a trial at its
+    # last result: that logging must come before it, or it is cut off)
+    complete = [c for c in children if c.data.tags.get("pruned") != "true"]
+    assert complete and all("tracking_wait_s" in c.data.metrics and len(c.outputs.model_outputs) == 1
+                            for c in complete), [(c.data.tags["trial_id"], sorted(c.data.metrics)) for c in complete]
     assert f"best: trial {best_trial}" in table and "compare in MLflow: mlflow ui --backend-store-uri" in table
     assert (f"re-run the best config: python -m platform.train --model dbsa --config {tmp_path}/runs/s1/best_config.yaml"
             f" --data {demo_dataset} --experiment sweep --tracking-uri sqlite:///{tmp_path}/mlflow.db") in table

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.tracking.artifacts import log_text, upload_bytes
-from platform.tracking.store import client
+from platform.tracking.store import client, log_metrics, metric_steps, on_client, run_tags
 
 
 class RunLogger:
@@ -57,24 +57,22 @@ class RunLogger:
             self._call("reopen the run", lambda: self.client.update_run(run_id, status="RUNNING"))
 
     def metrics(self, metrics: dict[str, float], step: int) -> None:
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)  # when it was measured, not when it reached the store
-        items = [Metric(key, float(value), now, step) for key, value in metrics.items()]
-        self._call(f"metrics of step {step}", lambda: self.client.log_batch(self.run_id, metrics=items))
+        values = {key: float(value) for key, value in metrics.items()}
+        self._call(f"metrics of step {step}", lambda: on_client(self.client, log_metrics, self.run_id, values, step, now))
 
     def tag(self, key: str, value: str) -> None:
         self._call(f"tag {key}", lambda: self.client.set_tag(self.run_id, key, value))
 
     def get_tag(self, key: str) -> str | None:
         """A tag of the run (None if unset, or if the store does not answer in ``READ_WAIT_S``)."""
-        run = self._read(f"tag {key}", lambda: self.client.get_run(self.run_id))
-        return None if run is None else run.data.tags.get(key)
+        tags = self._read(f"tag {key}", lambda: on_client(self.client, run_tags, self.run_id))
+        return None if tags is None else tags.get(key)
 
     def metric_steps(self, key: str) -> set[int] | None:
         """The steps at which ``key`` was logged (None if the store does not answer in time)."""
-        history = self._read(f"metric {key}", lambda: self.client.get_metric_history(self.run_id, key))
-        return None if history is None else {int(m.step) for m in history}
+        steps = self._read(f"metric {key}", lambda: on_client(self.client, metric_steps, self.run_id, key))
+        return None if steps is None else set(steps)
 
     def _read(self, what: str, call: Callable[[], Any]) -> Any:
         """``call()`` in a helper thread, waited for at most ``READ_WAIT_S`` (None after that, or

@@ -20,8 +20,8 @@ from typing import Any
 
 from platform import config as config_io
 from platform.errors import UserError
-from platform.tracking.artifacts import log_text
-from platform.tracking.store import client
+from platform.tracking.artifacts import upload_bytes
+from platform.tracking.store import client, on_client, run_status
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_SECTION = "model."
@@ -62,6 +62,10 @@ def log_dataset_inputs(tracking_uri: str, run_id: str, dataset: str, meta: dict[
     """The prepared dataset's splits as the run's MLflow inputs (the runs table's "Dataset"
     column): one per split, named after the dataset, with its context (``train``/``dev``/``test``),
     a digest of its inputs and prepare settings, its Parquet file and its size."""
+    on_client(client(tracking_uri), _log_dataset_inputs, run_id, dataset, meta)
+
+
+def _log_dataset_inputs(mlflow_client, run_id: str, dataset: str, meta: dict[str, Any]) -> None:
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
     name = dataset.rstrip("/").rsplit("/", 1)[-1]
@@ -76,7 +80,7 @@ def log_dataset_inputs(tracking_uri: str, run_id: str, dataset: str, meta: dict[
                     else "local", source=json.dumps(source), profile=json.dumps(profile)),
             tags=[InputTag("mlflow.data.context", split)]))
     if inputs:
-        client(tracking_uri).log_inputs(run_id, datasets=inputs)
+        mlflow_client.log_inputs(run_id, datasets=inputs)
 
 
 def run_params(train_config, extra: dict[str, Any]) -> dict[str, str]:
@@ -112,7 +116,10 @@ def artifact_location(tracking_uri: str, experiment: str) -> str | None:
 
 def experiment_id(tracking_uri: str, name: str) -> str:
     """The experiment ``name`` (created, or restored if deleted), marked as model training."""
-    mlflow_client = client(tracking_uri)
+    return _experiment_id(client(tracking_uri), tracking_uri, name)
+
+
+def _experiment_id(mlflow_client, tracking_uri: str, name: str) -> str:
     experiment = mlflow_client.get_experiment_by_name(name)
     if experiment is None:
         try:
@@ -135,21 +142,26 @@ def start_run(tracking_uri: str, experiment: str, run_name: str, params: dict[st
               config_yaml: str, parent_run_id: str | None = None, source: str = "platform.train") -> str:
     """Create a run with its params, tags and ``config.yaml``; returns the run id.  ``source``
     (the command) and the commit are MLflow's source tags, what its runs table's Source column shows."""
+    return on_client(client(tracking_uri), _start_run, experiment, tracking_uri, run_name, params, tags, config_yaml,
+                     parent_run_id, source)
+
+
+def _start_run(mlflow_client, experiment: str, tracking_uri: str, run_name: str, params: dict[str, str],
+               tags: dict[str, str], config_yaml: str, parent_run_id: str | None, source: str) -> str:
     from mlflow.entities import Param, RunTag
 
-    mlflow_client = client(tracking_uri)
     all_tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": source, **tags}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     if params.get("git_commit", "unknown") != "unknown":  # the commit column of MLflow's runs table
         all_tags["mlflow.source.git.commit"] = params["git_commit"]
-    run = mlflow_client.create_run(experiment_id(tracking_uri, experiment), run_name=run_name, tags=all_tags)
+    run = mlflow_client.create_run(_experiment_id(mlflow_client, tracking_uri, experiment), run_name=run_name, tags=all_tags)
     run_id = run.info.run_id
     items = [Param(key, value) for key, value in params.items()]
     for start in range(0, len(items), 100):
         mlflow_client.log_batch(run_id, params=items[start:start + 100])
     mlflow_client.log_batch(run_id, tags=[RunTag("mlflow.note.content", f"resolved config:\n```\n{config_yaml}```")])
-    log_text(tracking_uri, run_id, config_yaml, "config.yaml")
+    upload_bytes(mlflow_client, run_id, "config.yaml", config_yaml.encode("utf-8"), None)
     return run_id
 
 
@@ -158,7 +170,10 @@ def find_run(tracking_uri: str, experiment: str, tags: dict[str, str]) -> str | 
 
     Callers pass tags that identify one run (a trial by its parent run and trial id, a sweep's
     parent or a named training by name); two matches are an error, never a guess."""
-    mlflow_client = client(tracking_uri)
+    return on_client(client(tracking_uri), _find_run, experiment, tags)
+
+
+def _find_run(mlflow_client, experiment: str, tags: dict[str, str]) -> str | None:
     found = mlflow_client.get_experiment_by_name(experiment)
     if found is None:
         return None
@@ -196,7 +211,7 @@ def link_models(tracking_uri: str, from_run: str, to_run: str) -> int:
 
 def status(tracking_uri: str, run_id: str) -> str:
     """RUNNING, FINISHED, FAILED or KILLED."""
-    return client(tracking_uri).get_run(run_id).info.status
+    return on_client(client(tracking_uri), run_status, run_id)
 
 
 def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None,
@@ -206,11 +221,14 @@ def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = 
     ``only_if_running`` leaves a run that someone else (the sweep driver) closed already as it
     is: a trial that Tune stopped may see its training interrupted after the driver marked its
     run FINISHED, and that interruption is not a failure."""
-    mlflow_client = client(tracking_uri)
+    message = None if error is None else (str(error) if str(error) else type(error).__name__)
+    on_client(client(tracking_uri), _end_run, run_id, message, only_if_running)
+
+
+def _end_run(mlflow_client, run_id: str, message: str | None, only_if_running: bool) -> None:
     if only_if_running and mlflow_client.get_run(run_id).info.status != "RUNNING":
         return
-    if error is not None:
-        message = str(error) if str(error) else type(error).__name__
+    if message is not None:
         mlflow_client.set_tag(run_id, "error", message[:5000])
         mlflow_client.set_terminated(run_id, status="FAILED")
     else:

@@ -11,6 +11,18 @@ TINY = {"name": "dbsa", "num_encoder_layers": 2, "num_decoder_layers": 2, "d_mod
         "dropout": 0.1, "p_enc": 1, "p_dec": 2}
 
 
+class FinalHooks(LocalHooks):
+    """LocalHooks that also keep each report's ``final`` flag."""
+
+    def __init__(self, directory):
+        super().__init__(directory)
+        self.finals = []
+
+    def report(self, metrics, state, evaluation, is_best, final=False):
+        self.finals.append(final)
+        super().report(metrics, state, evaluation, is_best, final)
+
+
 def tiny_config(**extra):
     return load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600}, "optim": {"warmup_steps": 5}, **extra})
 
@@ -18,10 +30,11 @@ def tiny_config(**extra):
 def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
     config = tiny_config(max_epochs=2, max_steps_per_epoch=3, eval={"max_sentences": 20})
     dataset = Dataset.open(demo_dataset)
-    hooks = LocalHooks(tmp_path)
+    hooks = FinalHooks(tmp_path)
     lines = []
     history = fit(config, dataset, Context(), hooks, log=lines.append)
     assert [int(m["epoch"]) for m in history] == [1, 2]
+    assert hooks.finals == [False, True]  # the end-of-run work goes before the last report (RayHooks)
     for key in ("train_loss", "dev_loss", "dev_bleu", "dev_chrf", "dev_bleu_tok", "dev_uas_enc", "dev_uas_dec", "tokens_per_s"):
         assert key in history[-1]
     assert lines[0].startswith("epoch 1/2  train_loss")
@@ -35,8 +48,10 @@ def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
 def test_early_stopping_stops_when_dev_bleu_does_not_improve(demo_dataset, tmp_path):
     config = tiny_config(max_epochs=6, max_steps_per_epoch=1, patience=1, eval={"max_sentences": 5},
                          optim={"lr": 1e-9, "warmup_steps": 0})
-    history = fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path), log=lambda line: None)
+    hooks = FinalHooks(tmp_path)
+    history = fit(config, Dataset.open(demo_dataset), Context(), hooks, log=lambda line: None)
     assert len(history) < 6
+    assert hooks.finals == [False] * (len(history) - 1) + [True]  # early stopping's last epoch is final too
 
 
 def test_an_update_accumulates_update_freq_batches(demo_dataset, tmp_path):
