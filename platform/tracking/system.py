@@ -11,6 +11,7 @@ other metric instead of stopping the sampler, and relayed servers work.  One sam
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 
 def monitors() -> list:
@@ -37,11 +38,16 @@ class SystemMetrics:
     """Samples this node every ``interval`` seconds and logs the mean of ``samples`` samples
     as one step; ``stop`` logs what was sampled since the last step, so a short run has one."""
 
-    def __init__(self, logger, node: str, interval: float = 10.0, samples: int = 1, first_step: int = 0):
+    def __init__(self, logger, node: str, interval: float = 10.0, samples: int = 1,
+                 first_step: int | Callable[[], int] = 0):
+        """``first_step``: the step of the first sample, or what finds it (asked in the sampler's
+        thread, like the monitors are made: MLflow's monitors import MLflow, which would hold up
+        a Train worker's start-up by a second or two; in the thread it overlaps training)."""
         self.logger, self.interval, self.samples = logger, interval, samples
         self.prefix = f"system/{node}/"
-        self.monitors = monitors()
-        self.step, self.pending = first_step, 0
+        self.monitors: list = []
+        self.first_step, self.step, self.pending = first_step, 0, 0
+        self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="nmt-system-metrics", daemon=True)
         self._lock = threading.Lock()
@@ -53,12 +59,20 @@ class SystemMetrics:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+        if not self._ready.is_set():  # stopped before the thread got going (or it is stuck): nothing to say
+            return
         with self._lock:
             if not self.pending:
                 self._sample()
             self._publish()
 
+    def _setup(self) -> None:
+        self.monitors = monitors()
+        self.step = self.first_step() if callable(self.first_step) else self.first_step
+        self._ready.set()
+
     def _loop(self) -> None:
+        self._setup()
         while not self._stop.wait(self.interval):
             with self._lock:
                 self._sample()
@@ -84,5 +98,7 @@ class SystemMetrics:
 def node_sampler(logger, node: str, interval: float = 10.0) -> SystemMetrics:
     """A started sampler for ``node`` that continues the steps this run has (a restarted worker
     group appends to its curves instead of writing over them)."""
-    steps = logger.metric_steps(f"system/{node}/cpu_utilization_percentage") or set()
-    return SystemMetrics(logger, node, interval, first_step=max(steps, default=-1) + 1).start()
+    def first_step() -> int:
+        return max(logger.metric_steps(f"system/{node}/cpu_utilization_percentage") or set(), default=-1) + 1
+
+    return SystemMetrics(logger, node, interval, first_step=first_step).start()
