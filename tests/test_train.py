@@ -4,6 +4,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import mlflow.pytorch
 import pytest
@@ -134,8 +136,14 @@ def test_a_rerun_with_the_same_name_continues_its_run(ray_cluster, demo_dataset,
     assert run.info.run_id in again.stdout and len(runs_of(uri, "rerun")[1]) == 1
 
 
+def leftovers() -> set[Path]:
+    """What the platform's processes (Train workers, the CLIs) keep in the system's temporary directory."""
+    return {path for pattern in ("nmt-*", "ckpt-*") for path in Path(tempfile.gettempdir()).glob(pattern)}
+
+
 def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_cluster, tanaka_dataset, tanaka, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
+    before = leftovers()
     assert train.main(["--model", "transformer", *smoke_args(tanaka_dataset, tmp_path, "tanaka"),
                        "--set", "max_steps_per_epoch=30"]) == 0
     _, runs = runs_of(uri, "tanaka")
@@ -172,3 +180,5 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     metrics = client.get_run(run_id).data.metrics
     assert {"test_avg2_bleu", "test_avg2_chrf", "test_avg2_bleu_tok"} <= set(metrics)
     assert metrics["test_bleu"] == logged  # the best checkpoint's scores stay as they were
+    # nothing left behind: each epoch's checkpoint copy, the worker's files, the downloaded checkpoints
+    assert leftovers() - before == set()
