@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-samples", type=int, help="trials to run (default 6; smoke 3)")
     parser.add_argument("--max-epochs", type=int, help="epochs of a trial that ASHA never stops (default 4; smoke 2)")
     parser.add_argument("--size", choices=["sweep", "cpu", "paper"], default="sweep",
-                        help="trial defaults: sweep (small models, 100-step epochs; the default), cpu, paper")
+                        help="trial defaults: sweep (small models, 200-step epochs; the default), cpu, paper")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config value for every trial, e.g. --set model.d_model=256 (repeatable)")
     parser.add_argument("--workers-per-trial", type=int, default=1, help="DDP workers of each trial (default 1)")

@@ -72,7 +72,7 @@ class LexiconSize:
 
 
 # ``small`` (the default, ``--data demo``): a lexicon a 2-core machine learns within the
-# Quickstart sweep's 400 updates, so what separates trials is the syntax and the knobs.
+# Quickstart sweep's 800 updates, so what separates trials is the syntax and the knobs.
 # ``large`` (``--data demo-large``, the original setting): a lexicon of 2,600 Zipf-distributed
 # lemmas that a small model must memorise on top of the reordering (slow on a CPU; closer to
 # real data's rare-word problem).

@@ -404,15 +404,18 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def time_shares(results, launched_at: float, wall_s: float, slots: int) -> dict[str, float]:
-    """Where the sweep's time went, as shares of its trial slots' time (``wall_s × slots``):
-    training steps, dev evaluation, trial start-up (trial start → first update), and the rest
-    (checkpoints, logging, scheduling, idle slots); plus the seconds from the launch to the
-    first update of any trial.  From the ``steps_s`` / ``eval_s`` / ``startup_s`` /
-    ``first_step_at`` every trial reports (``training.loop.fit``)."""
+def time_shares(results, launched_at: float, wall_s: float, slots: int, ended_at: float | None = None) -> dict[str, float]:
+    """Where the sweep's time went, as shares of its trial slots' time (``wall_s × slots``,
+    the sweep ending at ``ended_at``, default now): training steps, dev evaluation, trial
+    start-up (trial start → first update), idle (slots without a trial once the last trial has
+    started: nothing was left to run), and the rest (checkpoints, logging, scheduling); plus the
+    seconds from the launch to the first update of any trial.  From the ``steps_s`` /
+    ``eval_s`` / ``startup_s`` / ``first_step_at`` every trial reports (``training.loop.fit``)
+    and the times of its results."""
     totals = {"steps": 0.0, "eval": 0.0, "startup": 0.0}
-    first_steps = []
-    began = time.time() - wall_s
+    first_steps, spans = [], []
+    ended_at = time.time() if ended_at is None else ended_at
+    began = ended_at - wall_s
     for result in results:
         frame = result.metrics_dataframe
         if frame is None:
@@ -424,8 +427,12 @@ def time_shares(results, launched_at: float, wall_s: float, slots: int) -> dict[
                 totals[key] += float(frame[f"{key}_s"].fillna(0).sum())
         if "first_step_at" in frame and frame["first_step_at"].notna().any():
             first_steps.append(float(frame["first_step_at"].min()))
+        if {"first_step_at", "startup_s", "timestamp"} <= set(frame) and frame["startup_s"].notna().any():
+            start = float(frame["first_step_at"].min()) - float(frame["startup_s"].max())
+            spans.append((start, max(start, float(frame["timestamp"].max()) + 0.5)))  # whole seconds: their middle
     capacity = max(wall_s * max(slots, 1), 1e-9)
     shares = {f"time_share_{key}": value / capacity for key, value in totals.items()}
+    shares["time_share_idle"] = idle_tail_s(spans, ended_at, slots) / capacity
     shares["time_share_other"] = max(0.0, 1.0 - sum(shares.values()))
     shares["sweep_wall_s"] = wall_s
     if first_steps:
@@ -433,12 +440,27 @@ def time_shares(results, launched_at: float, wall_s: float, slots: int) -> dict[
     return shares
 
 
+def idle_tail_s(spans: list[tuple[float, float]], ended_at: float, slots: int) -> float:
+    """Slot-seconds without a trial after the last trial started (``spans``: each trial's start
+    and end): time the sweep had nothing left to run in a free slot, not time lost to overhead."""
+    if not spans:
+        return 0.0
+    last_start = max(start for start, _ in spans)
+    window = max(0.0, ended_at - last_start)
+    busy = sum(max(0.0, min(end, ended_at) - max(start, last_start)) for start, end in spans)
+    return max(0.0, slots * window - busy)
+
+
 def time_line(shares: dict[str, float], slots: int) -> str:
     """``time_shares`` in one line for the console."""
     wall = int(shares["sweep_wall_s"])
     parts = [f"{shares[f'time_share_{key}']:.0%} {label}" for key, label in
              (("steps", "training steps"), ("eval", "dev evaluation"), ("startup", "trial start-up"),
-              ("other", "other (checkpoints, logging, scheduling, idle)"))]
+              ("idle", "idle (no trial left to start)"), ("other", "other (checkpoints, logging, scheduling)"))
+             if f"time_share_{key}" in shares]
+    used = 1.0 - shares.get("time_share_idle", 0.0)
+    if used > 0 and shares.get("time_share_idle", 0.0) >= 0.005:  # what overhead costs, apart from the tail
+        parts[0] += f" ({shares['time_share_steps'] / used:.0%} of the slots' time with a trial)"
     first = f"; first update {shares['launch_to_first_step_s']:.0f} s after launch" if "launch_to_first_step_s" in shares else ""
     return f"time: {wall // 60}m{wall % 60:02d}s; of {slots} trial slot(s): " + ", ".join(parts) + first
 
