@@ -88,11 +88,13 @@ def study_plots(study, directory: Path) -> list[Path]:
 
 def log_study(logger, study, name: str, sweep_path: str) -> Path | None:
     """Save the study (in the sweep's directory when it is local) and log it and its plots to
-    the sweep's parent run under ``optuna/``; returns the local ``optuna.db``."""
+    the sweep's parent run under ``optuna/``; returns the local ``optuna.db`` (None for URI
+    storage, whose scratch copy is removed once logged)."""
     local = "://" not in sweep_path and Path(sweep_path).is_dir()
-    directory = Path(sweep_path) if local else Path(tempfile.mkdtemp(prefix="sweep-study-"))
-    saved = save_study(study, name, directory)
-    logger.artifact(saved, "optuna")
-    for path in study_plots(study, directory / "optuna_plots"):
-        logger.artifact(path, "optuna")
-    return saved
+    with tempfile.TemporaryDirectory(prefix="sweep-study-") as scratch:
+        directory = Path(sweep_path) if local else Path(scratch)
+        saved = save_study(study, name, directory)
+        logger.artifact(saved, "optuna")  # sent at once (the parent's logger does not queue)
+        for path in study_plots(study, directory / "optuna_plots"):
+            logger.artifact(path, "optuna")
+    return saved if local else None

@@ -494,11 +494,12 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
         frame = result.metrics_dataframe
         if frame is not None and "dev_bleu" in frame:
             histories[str((result.metrics or {}).get("trial_id"))] = list(frame["dev_bleu"])
-    workdir = Path(sweep.path) if local else Path(tempfile.mkdtemp(prefix="sweep-summary-"))
     log_knobs = {key for key, dist in sweep.space.spec.params.items() if dist.log}
-    paths = plots.sweep_plots(rows, histories, sweep.space.knobs, sweep.space.spec.metric, workdir, log_knobs)
-    for path in paths:
-        logger.artifact(path, "plots")
+    with tempfile.TemporaryDirectory(prefix="sweep-summary-") as scratch:  # where the plot goes for URI storage
+        workdir = Path(sweep.path) if local else Path(scratch)
+        paths = plots.sweep_plots(rows, histories, sweep.space.knobs, sweep.space.spec.metric, workdir, log_knobs)
+        for path in paths:
+            logger.artifact(path, "plots")  # sent at once (this logger does not queue)
     study = sweep_study(sweep.path, sweep.searcher)
     if study is not None:  # the Optuna study, for optuna-dashboard, and Optuna's own plots
         log_study(logger, study, sweep.name, sweep.path)

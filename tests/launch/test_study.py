@@ -42,3 +42,25 @@ def test_optunas_plots_are_drawn_even_for_a_study_of_one_trial(tmp_path):
     single.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
     drawn = sorted(p.name for p in study_plots(single, tmp_path / "one"))  # never an error at the end of a sweep
     assert "optimization_history.png" in drawn and all((tmp_path / "one" / name).stat().st_size for name in drawn)
+
+
+def test_a_sweep_on_uri_storage_logs_its_study_and_keeps_no_scratch_copy(tmp_path, monkeypatch):
+    """With s3:// storage the study is saved in a scratch directory, logged to the parent run,
+    and the scratch directory goes (a real MLflow store; nothing is written to the URI itself)."""
+    from mlflow.tracking import MlflowClient
+
+    from platform.launch.study import log_study
+    from platform.tracking import runs
+    from platform.tracking.logger import RunLogger
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = runs.start_run(uri, "studies", "parent", {}, {}, "x: 1\n")
+    assert log_study(RunLogger(uri, run_id, reopen=False), a_study(), "far", "s3://bucket/sweeps/far") is None
+    logged = {a.path for a in MlflowClient(uri).list_artifacts(run_id, "optuna")}
+    assert {"optuna/optuna.db", "optuna/intermediate_values.png"} <= logged
+    assert list(scratch.iterdir()) == []
