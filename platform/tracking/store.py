@@ -163,7 +163,7 @@ class MlflowRelay:
 
         from mlflow.tracking import MlflowClient
 
-        import platform.tracking.runs  # noqa: F401 - what the first trial's run_functions need, before it asks
+        import platform.tracking.runs  # noqa: F401 - what the first trial's on_client calls need, before it asks
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # not "Creating initial MLflow database tables"
         self.client = MlflowClient(tracking_uri=tracking_uri)
@@ -174,7 +174,7 @@ class MlflowRelay:
         """One MlflowClient call; calls about one run (its id first) run one at a time, in the
         order they came, so a reopen stuck in MLflow's retries cannot land after the end_run
         that followed it.  Other runs' calls go on in the actor's other threads."""
-        with self._run_lock(kwargs.get("run_id") or (args[0] if args and isinstance(args[0], str) else None)):
+        with self._run_lock(_run_of(args, kwargs)):
             return getattr(self.client, method)(*args, **kwargs)
 
     def down(self) -> str | None:
@@ -201,8 +201,13 @@ class MlflowRelay:
     def run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """``on_client`` here: ``function(client, *args, **kwargs)``, one run's calls in order
         (the run id first, as in ``call``)."""
-        with self._run_lock(kwargs.get("run_id") or (args[0] if args and isinstance(args[0], str) else None)):
+        with self._run_lock(_run_of(args, kwargs)):
             return function(self.client, *args, **kwargs)
+
+
+def _run_of(args: tuple, kwargs: dict) -> str | None:
+    """Which run a relayed call is about: its ``run_id``, else its first argument if a string."""
+    return kwargs.get("run_id") or (args[0] if args and isinstance(args[0], str) else None)
 
 
 class RelayClient:
