@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per worker (default 1)")
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per worker (default 0)")
     parser.add_argument("--max-concurrent", type=int, help="at most this many trials at once (default: what fits)")
+    parser.add_argument("--lend-idle-cpus", action=argparse.BooleanOptionalAction, default=True,
+                        help="once no trial is left to start, lend the empty trial slots' CPUs to the trials still "
+                             "running, as more torch threads on their node (default on; CPU trials only)")
     parser.add_argument("--name", help="sweep name; with --resume, the sweep to continue")
     parser.add_argument("--resume", action="store_true", help="continue the interrupted sweep --name")
     parser.add_argument("--seed", type=int, default=1, help="Optuna TPE seed (default 1)")
@@ -133,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sweep = Sweep(name=name, space=space, base=base, num_samples=args.num_samples or (3 if args.smoke else 6),
                   max_epochs=base.get("max_epochs", 10), seed=args.seed, job=job, experiment=args.experiment,
                   tracking_uri=tracking_uri, storage_path=storage,
-                  max_concurrent=concurrent)
+                  max_concurrent=concurrent, lend_idle_cpus=args.lend_idle_cpus and args.gpus_per_worker == 0)
     start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, args.resume)
     print(f"sweep {name}: {sweep.num_samples} trials of {space.spec.model}, up to {sweep.max_concurrent} at once, "

@@ -35,6 +35,8 @@ class Job:
     started_at: float | None = None  # time.time() of the launch: the first epoch logs startup_s from it
     git_commit: str = ""  # the launching driver's commit (a trial runs in Ray's copy, without .git)
     data: str = ""  # the dataset as the user named it (resolved), if the workers read a copy
+    lender: str = ""  # a sweep's CPU lender actor (launch.lending), if idle slots' CPUs may be lent to this run
+    trial_id: str = ""  # the Tune trial this run is (what the lender's offers name)
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
@@ -81,7 +83,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
         train_loop_per_worker,
         train_loop_config={"config": config, "dataset_dir": str(job.dataset_dir),
                            "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
-                           "started_at": job.started_at},
+                           "started_at": job.started_at, "lender": job.lender, "trial_id": job.trial_id},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=job.run_name, storage_path=str(job.storage_path),

@@ -22,6 +22,7 @@ from platform import config as config_io
 from platform.data import storage
 from platform.data.dataset import read_meta
 from platform.errors import UserError
+from platform.launch import lending
 from platform.launch.driver import Job, run
 from platform.launch.spaces import Space, space_path
 from platform.tracking import runs, store
@@ -140,7 +141,8 @@ def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     trial_id = ray.tune.get_context().get_trial_id()
     space = setup["space"]
     config = load_train_config(space.trial_config(setup["base"], sampled))  # validated once, in the trial
-    job = Job(**{**setup["job"], "run_name": f"{setup['sweep']}-{trial_id}", "started_at": started_at})
+    job = Job(**{**setup["job"], "run_name": f"{setup['sweep']}-{trial_id}", "started_at": started_at,
+                 "trial_id": trial_id})
     tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name}
     run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[TuneReportCallback()],
         reuse=trial_run_tags(setup["parent_run_id"], trial_id))
@@ -205,6 +207,7 @@ class Sweep:
     storage_path: str
     max_concurrent: int = 1
     parent_run_id: str = ""
+    lend_idle_cpus: bool = False  # once no trial is left to start, empty slots' CPUs go to running trials (launch.lending)
     rows: list[dict[str, Any]] = field(default_factory=list)
     searcher: Any = None  # this session's searcher, when it made it (not on --resume: Ray restores its own)
 
@@ -268,20 +271,33 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     """Run (or resume) the sweep; returns Tune's ResultGrid.  ``callbacks`` are extra Tune
     callbacks (the quiet console); ``verbose`` keeps Tune's own console tables."""
     import ray.tune
-    from ray.tune.schedulers import ASHAScheduler
 
-    setup = {"space": sweep.space, "base": sweep.base, "job": sweep.job, "sweep": sweep.name,
+    lender = lending.lender_name(sweep.parent_run_id) if sweep.lend_idle_cpus else ""
+    setup = {"space": sweep.space, "base": sweep.base, "job": {**sweep.job, "lender": lender}, "sweep": sweep.name,
              "parent_run_id": sweep.parent_run_id}
     trainable = ray.tune.with_resources(ray.tune.with_parameters(run_trial, setup=setup), {"CPU": DRIVER_CPU})
-    if resume:
-        if not ray.tune.Tuner.can_restore(str(sweep.path)):
-            raise UserError(f"nothing to resume at {sweep.path}")
-        tuner = ray.tune.Tuner.restore(str(sweep.path), trainable=trainable, resume_errored=True)
-        return tuner.fit()
+    if resume and not ray.tune.Tuner.can_restore(str(sweep.path)):
+        raise UserError(f"nothing to resume at {sweep.path}")
+    handle = lending.start_lender(lender) if lender else None
+    try:
+        if resume:  # Tune restores the callbacks it saved (a lending sweep's among them)
+            return ray.tune.Tuner.restore(str(sweep.path), trainable=trainable, resume_errored=True).fit()
+        return _new_tuner(sweep, trainable, [*callbacks, *([lending.lending_callback(
+            lender, sweep.num_samples, sweep.max_concurrent, sweep.job["cpus_per_worker"])] if lender else [])],
+                          verbose).fit()
+    finally:
+        if handle is not None:
+            ray.kill(handle)
+
+
+def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):
+    import ray.tune
+    from ray.tune.schedulers import ASHAScheduler
+
     scheduler = ASHAScheduler(time_attr="training_iteration", max_t=sweep.max_epochs, grace_period=1,
                               reduction_factor=2)
     sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs, scheduler=scheduler)
-    tuner = ray.tune.Tuner(
+    return ray.tune.Tuner(
         trainable,
         tune_config=ray.tune.TuneConfig(
             metric=sweep.space.spec.metric, mode=sweep.space.spec.mode, num_samples=sweep.num_samples,
@@ -293,7 +309,6 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
                                                   sweep.max_epochs),
                        *callbacks]),
     )
-    return tuner.fit()
 
 
 def base_config(space_name: str, size: str, overrides: Sequence[str], max_epochs: int | None) -> dict[str, Any]:
@@ -411,8 +426,12 @@ def time_shares(results, launched_at: float, wall_s: float, slots: int, ended_at
     started: nothing was left to run), and the rest (checkpoints, logging, scheduling); plus the
     seconds from the launch to the first update of any trial.  From the ``steps_s`` /
     ``eval_s`` / ``startup_s`` / ``first_step_at`` every trial reports (``training.loop.fit``)
-    and the times of its results."""
-    totals = {"steps": 0.0, "eval": 0.0, "startup": 0.0}
+    and the times of its results.
+
+    An empty slot's CPUs lent to a running trial (``launch.lending``) train it: the trials'
+    ``lent_steps_s`` (slot-seconds of updates on lent CPUs) move from idle to training steps,
+    and ``steps_lent_share`` says how much of the steps' share they are."""
+    totals = {"steps": 0.0, "eval": 0.0, "startup": 0.0, "lent_steps": 0.0}
     first_steps, spans = [], []
     ended_at = time.time() if ended_at is None else ended_at
     began = ended_at - wall_s
@@ -431,9 +450,12 @@ def time_shares(results, launched_at: float, wall_s: float, slots: int, ended_at
             start = float(frame["first_step_at"].min()) - float(frame["startup_s"].max())
             spans.append((start, max(start, float(frame["timestamp"].max()) + 0.5)))  # whole seconds: their middle
     capacity = max(wall_s * max(slots, 1), 1e-9)
+    lent = min(totals.pop("lent_steps"), idle_tail_s(spans, ended_at, slots))  # lent: only ever an idle slot's
+    totals["steps"] += lent
     shares = {f"time_share_{key}": value / capacity for key, value in totals.items()}
-    shares["time_share_idle"] = idle_tail_s(spans, ended_at, slots) / capacity
+    shares["time_share_idle"] = (idle_tail_s(spans, ended_at, slots) - lent) / capacity
     shares["time_share_other"] = max(0.0, 1.0 - sum(shares.values()))
+    shares["steps_lent_share"] = lent / capacity
     shares["sweep_wall_s"] = wall_s
     if first_steps:
         shares["launch_to_first_step_s"] = max(0.0, min(first_steps) - launched_at)
@@ -458,9 +480,14 @@ def time_line(shares: dict[str, float], slots: int) -> str:
              (("steps", "training steps"), ("eval", "dev evaluation"), ("startup", "trial start-up"),
               ("idle", "idle (no trial left to start)"), ("other", "other (checkpoints, logging, scheduling)"))
              if f"time_share_{key}" in shares]
+    notes = []
+    if shares.get("steps_lent_share", 0.0) >= 0.005:
+        notes.append(f"{shares['steps_lent_share']:.0%} on idle slots' CPUs lent to a running trial")
     used = 1.0 - shares.get("time_share_idle", 0.0)
     if used > 0 and shares.get("time_share_idle", 0.0) >= 0.005:  # what overhead costs, apart from the tail
-        parts[0] += f" ({shares['time_share_steps'] / used:.0%} of the slots' time with a trial)"
+        notes.append(f"{shares['time_share_steps'] / used:.0%} of the slots' time with a trial")
+    if notes:
+        parts[0] += f" ({'; '.join(notes)})"
     first = f"; first update {shares['launch_to_first_step_s']:.0f} s after launch" if "launch_to_first_step_s" in shares else ""
     return f"time: {wall // 60}m{wall % 60:02d}s; of {slots} trial slot(s): " + ", ".join(parts) + first
 

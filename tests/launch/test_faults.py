@@ -256,6 +256,17 @@ def test_twelve_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_c
     from ray.util import placement_group_table
 
     total = ray.cluster_resources()["CPU"]
-    wait_for(lambda: ray.available_resources().get("CPU", 0) == total, 60, "every CPU back")  # no leaked actors
+    try:
+        wait_for(lambda: ray.available_resources().get("CPU", 0) == total, 60, "every CPU back")  # no leaked actors
+    except AssertionError as error:
+        raise AssertionError(f"{error}; alive: {alive_actors()}") from None
     live = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
     assert live == []  # no leaked placement groups
+
+
+def alive_actors() -> list[str]:
+    """Each alive actor's class, state, process and required resources (what a leak leaves behind)."""
+    from ray.util.state import list_actors
+
+    return [f"{a.class_name} pid={a.pid} resources={a.required_resources} name={a.name!r}"
+            for a in list_actors(filters=[("state", "!=", "DEAD")], detail=True)]
