@@ -9,8 +9,9 @@ asks for its offer every few seconds, reserves the CPUs on its own node with a p
 (so Ray's accounting stays true and nothing else is scheduled onto them), and raises
 ``torch.set_num_threads`` by as many.  An offer withdrawn (a trial became pending again, e.g.
 a retry) is given back at the next check; the reservation fate-shares with the worker, so a
-killed trial frees it too.  On this machine a training step of the sweep's model runs 1.6×
-as fast on 2 threads as on 1 (``python -m platform.bench --threads``).
+killed trial frees it too.  On 2 cores the sweep's model trains 1.5–1.6× as fast on 2 threads
+as on 1 (8.5k → 12–13k tokens/s in a Quickstart's last trial; ``python -m platform.bench
+--threads``), and the Quickstart ended 40 s sooner (docs/results.md).
 
 More threads change the order of floating-point sums, so a trial that borrowed is not
 bit-identical to one that did not; CPU training here is not bit-reproducible across runs anyway.
@@ -100,14 +101,14 @@ class CoreBorrower:
     threads the next step runs with (0 without a loan), checking the offer every
     ``check_every_s`` and reserving or returning CPUs on this worker's node as it changes."""
 
-    def __init__(self, lender_name_: str, trial_id: str, base_threads: int, check_every_s: float = CHECK_EVERY_S,
+    def __init__(self, lender: str, trial_id: str, base_threads: int, check_every_s: float = CHECK_EVERY_S,
                  cores: int | None = None):
         import ray
 
-        self.lender = ray.get_actor(lender_name_)
+        self.lender_name, self.lender = lender, None  # the handle, looked up at the first check
         self.trial_id, self.base = trial_id, max(1, base_threads)
         self.node_id = ray.get_runtime_context().get_node_id()
-        self.cores = cores or len(os.sched_getaffinity(0))
+        self.cores = cores or _usable_cores()
         self.check_every_s = check_every_s
         self.extra, self.group = 0, None
         self.next_check = 0.0
@@ -124,8 +125,9 @@ class CoreBorrower:
         import ray
 
         try:
+            self.lender = self.lender or ray.get_actor(self.lender_name)
             offered = ray.get(self.lender.get.remote(self.trial_id), timeout=5)
-        except Exception:  # noqa: BLE001 - the sweep's driver is gone or busy: keep nothing borrowed
+        except Exception:  # noqa: BLE001 - no lender (the driver is gone) or a busy one: borrow nothing
             return 0
         return max(0, min(int(offered), self.cores - self.base))
 
@@ -164,6 +166,12 @@ def reserve(cpus: int, node_id: str, wait_s: float = 1.0):
         return group
     remove_placement_group(group)
     return None
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its affinity on Linux; all of them elsewhere)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else (os.cpu_count() or 1)
 
 
 def _set_threads(threads: int) -> None:
