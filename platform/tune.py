@@ -11,7 +11,9 @@ is named after the trial id, so a retried trial resumes its own checkpoints.  ``
 (TPE, seeded) samples the space, the space's first points (the papers' settings) first;
 ``ASHAScheduler`` stops weak trials on ``dev_bleu`` per epoch, and those are told to Optuna as
 PRUNED (Ray would tell them COMPLETE with their early value, which biases TPE).  The sweep is an
-MLflow parent run; every trial a child run tagged ``trial_id``.  Run from the repository root.
+MLflow parent run; every trial a child run tagged ``trial_id``.  Once no trial is left to start,
+an empty slot's CPUs are lent to the trials still running (``launch.lending``; CPU trials, unless
+``--no-lend-idle-cpus``).  Run from the repository root.
 """
 
 from __future__ import annotations

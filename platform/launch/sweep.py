@@ -287,7 +287,7 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
                           verbose).fit()
     finally:
         if handle is not None:
-            ray.kill(handle)
+            lending.stop_lender(handle)
 
 
 def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):

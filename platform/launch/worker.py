@@ -37,7 +37,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     dataset = PreparedDataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, loop["dataset_dir"])
     if loop.get("lender"):  # a CPU sweep's trial: idle slots' CPUs may be lent to it (launch.lending)
-        hooks.borrower = CoreBorrower(loop["lender"], loop["trial_id"], threads)
+        hooks.borrower = CoreBorrower(loop["lender"], loop["trial_id"], str(ctx.rank), loop["cpus_per_worker"])
     system, node_logger = _system_metrics(hooks, loop)
     try:
         fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"))
