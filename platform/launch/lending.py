@@ -40,9 +40,12 @@ class CoreLender:
     The lender, not the worker, owns the placement groups: Ray removes a group with its creator
     only once the creator's *job* has ended too, so a Train worker killed mid-loan (ASHA stops
     its trial, Tune tears a finished trial down) would hold its CPUs until the sweep ended.  The
-    lender returns a trial's loans as soon as the driver no longer sees it running."""
+    lender returns a trial's loans as soon as the driver no longer sees it running, and once
+    closed lends nothing more.  Its groups are named ``<lender>/<trial>/<worker>/<n>``, so the
+    driver can find any it left behind (a killed driver: ``release_leftover_loans``)."""
 
-    def __init__(self):
+    def __init__(self, name: str):
+        self.name, self.made, self.closed = name, 0, False
         self.offers: dict[str, float] = {}
         self.loans: dict[tuple[str, str], tuple[int, str, object]] = {}  # (trial, worker) → (CPUs, node, group)
 
@@ -62,9 +65,10 @@ class CoreLender:
         if node != node_id:  # a restarted worker elsewhere: the old loan is on the wrong node
             self.give_back(trial_id, worker)
             held = 0
-        if cpus > self.offers.get(trial_id, 0.0) or cpus == held:
+        if self.closed or cpus > self.offers.get(trial_id, 0.0) or cpus == held:
             return held
-        group = _place(cpus, node_id) if cpus else None
+        self.made += 1
+        group = _place(cpus, node_id, f"{self.name}/{trial_id}/{worker}/{self.made}") if cpus else None
         if cpus and group is None:
             return held
         self.give_back(trial_id, worker)
@@ -80,17 +84,18 @@ class CoreLender:
             remove_placement_group(group)
 
     def close(self) -> None:
-        """Every loan back (the sweep is over)."""
+        """Every loan back, and no more loans (the sweep is over)."""
+        self.closed, self.offers = True, {}
         for trial, worker in list(self.loans):
             self.give_back(trial, worker)
 
 
-def _place(cpus: int, node_id: str):
+def _place(cpus: int, node_id: str, name: str):
     """A placement group of ``cpus`` CPUs on node ``node_id`` if Ray places it within
     ``PLACE_WITHIN_S`` (then they are the borrower's in Ray's books), else None (withdrawn)."""
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    group = placement_group([{"CPU": float(cpus)}], strategy="STRICT_PACK",
+    group = placement_group([{"CPU": float(cpus)}], strategy="STRICT_PACK", name=name,
                             bundle_label_selector=[{"ray.io/node-id": node_id}])
     try:
         if group.wait(timeout_seconds=PLACE_WITHIN_S):
@@ -117,13 +122,15 @@ def offers(statuses: dict[str, str], num_samples: int, max_concurrent: int, cpus
 
 
 def start_lender(name: str):
-    """The sweep's lender actor (0 CPUs, owned by the driver, so it ends with the sweep)."""
+    """The sweep's lender actor (0 CPUs, owned by the driver, so it ends with the sweep), after
+    taking back what an earlier driver of the sweep left lent (it was killed: ``--resume``)."""
     import ray
 
-    return ray.remote(num_cpus=0)(CoreLender).options(name=name, get_if_exists=True).remote()
+    release_leftover_loans(name)
+    return ray.remote(num_cpus=0)(CoreLender).options(name=name, get_if_exists=True).remote(name)
 
 
-def stop_lender(handle) -> None:
+def stop_lender(handle, name: str) -> None:
     """Every loan back, then the lender gone (the end of a sweep, however it ends)."""
     import ray
 
@@ -131,6 +138,23 @@ def stop_lender(handle) -> None:
         ray.get(handle.close.remote(), timeout=30)
     finally:
         ray.kill(handle)
+        release_leftover_loans(name)
+
+
+def release_leftover_loans(name: str) -> list[str]:
+    """Remove every placement group the lender ``name`` made that is still there: Ray keeps a
+    group made by an actor until that actor *and* its job are gone, and not always then (a
+    Ctrl-C'd sweep's last loan outlived both).  Returns the names of those it removed."""
+    from ray._raylet import PlacementGroupID
+    from ray.util import placement_group_table
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    removed = []
+    for group_id, info in placement_group_table().items():
+        if info.get("name", "").startswith(f"{name}/") and info.get("state") != "REMOVED":
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
+            removed.append(info["name"])
+    return removed
 
 
 def lending_callback(name: str, num_samples: int, max_concurrent: int, cpus_per_worker: float):

@@ -23,6 +23,7 @@ from platform.data import storage
 from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch import lending
+from platform.launch.cluster import release_orphaned_groups
 from platform.launch.driver import Job, run
 from platform.launch.spaces import Space, space_path
 from platform.tracking import runs, store
@@ -278,6 +279,7 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     trainable = ray.tune.with_resources(ray.tune.with_parameters(run_trial, setup=setup), {"CPU": DRIVER_CPU})
     if resume and not ray.tune.Tuner.can_restore(str(sweep.path)):
         raise UserError(f"nothing to resume at {sweep.path}")
+    release_orphaned_groups()  # what an interrupted sweep's teardown left reserved (a trial slot each)
     handle = lending.start_lender(lender) if lender else None
     try:
         if resume:  # Tune restores the callbacks it saved (a lending sweep's among them)
@@ -287,7 +289,7 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
                           verbose).fit()
     finally:
         if handle is not None:
-            lending.stop_lender(handle)
+            lending.stop_lender(handle, lender)
 
 
 def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):

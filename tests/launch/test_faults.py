@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from conftest import ROOT, wait_for
 from platform import train, tune
 from platform.launch import sweep
+from platform.launch.cluster import cluster_records
 from platform.launch.spaces import load_space
 
 pytestmark = pytest.mark.slow
@@ -209,6 +210,13 @@ def test_ashas_rungs_survive_an_interrupted_sweeps_resume(ray_cluster, demo_data
     rungs = saved_rungs("dbsa", tmp_path / "runs" / "a1", 3)
     assert recorded_before <= rungs[1], (recorded_before, rungs)
     assert len(rungs[1]) == 4  # every trial of both sessions was compared at the first rung
+    # nothing of either session holds CPUs: what the Ctrl-C'd session's teardown left reserved
+    # (Ray Train once left a worker group's placement group behind) the resume released
+    total = ray_cluster.cluster_resources()["CPU"]
+    try:
+        wait_for(lambda: ray_cluster.available_resources().get("CPU", 0) == total, 120, "every CPU back")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; alive: {alive_actors()}; groups: {cluster_records()[2]}") from None
 
 
 LOAD_SPACE = """\

@@ -36,7 +36,7 @@ def lender(ray_cluster):
     torch.set_num_threads(1)  # what a 1-CPU Train worker starts with
     yield name, handle
     torch.set_num_threads(threads)
-    lending.stop_lender(handle)  # every loan back, even after a failed assertion
+    lending.stop_lender(handle, name)  # every loan back, even after a failed assertion
 
 
 def free_cpus(ray) -> float:
