@@ -135,12 +135,12 @@ def cluster_records() -> tuple[set[str], set[str], list[dict]]:
     are placed in, and the placement groups not yet removed (records for ``orphaned_groups``)."""
     from ray.util.state import list_actors, list_jobs, list_placement_groups
 
-    ended = {job.job_id for job in list_jobs(limit=10_000)
+    ended = {job.job_id for job in list_jobs(limit=10_000, timeout=10)
              if job.job_id and getattr(job.status, "value", job.status) not in ("PENDING", "RUNNING")
              and "platform.tune" in (job.entrypoint or "")}
-    in_use = {a.placement_group_id for a in list_actors(limit=10_000, detail=True, filters=[("state", "!=", "DEAD")])
+    in_use = {a.placement_group_id for a in list_actors(limit=10_000, detail=True, filters=[("state", "!=", "DEAD")], timeout=10)
               if a.placement_group_id}
     groups = [{"placement_group_id": g.placement_group_id, "state": g.state, "is_detached": g.is_detached,
                "creator_job_id": g.creator_job_id, "bundles": g.bundles}
-              for g in list_placement_groups(detail=True, limit=10_000, filters=[("state", "!=", "REMOVED")])]
+              for g in list_placement_groups(detail=True, limit=10_000, filters=[("state", "!=", "REMOVED")], timeout=10)]
     return ended, in_use, groups

@@ -25,7 +25,7 @@ def test_the_records_come_from_the_real_state_api_and_a_running_jobs_group_is_ke
     ray = ray_cluster
     mine = placement_group([{"CPU": 1.0}])
     try:
-        assert mine.wait(timeout_seconds=30)
+        ray.get(mine.ready(), timeout=30)
         ended, in_use, groups = cluster_records()
         job = ray.get_runtime_context().get_job_id()
         records = {g["placement_group_id"]: g for g in groups}
