@@ -284,9 +284,9 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     try:
         if resume:  # Tune restores the callbacks it saved (a lending sweep's among them)
             return ray.tune.Tuner.restore(str(sweep.path), trainable=trainable, resume_errored=True).fit()
-        return _new_tuner(sweep, trainable, [*callbacks, *([lending.lending_callback(
-            lender, sweep.num_samples, sweep.max_concurrent, sweep.job["cpus_per_worker"])] if lender else [])],
-                          verbose).fit()
+        lends = [lending.lending_callback(lender, sweep.num_samples, sweep.max_concurrent,
+                                          sweep.job["cpus_per_worker"])] if lender else []
+        return _new_tuner(sweep, trainable, [*callbacks, *lends], verbose).fit()
     finally:
         if handle is not None:
             lending.stop_lender(handle, lender)
@@ -452,10 +452,11 @@ def time_shares(results, launched_at: float, wall_s: float, slots: int, ended_at
             start = float(frame["first_step_at"].min()) - float(frame["startup_s"].max())
             spans.append((start, max(start, float(frame["timestamp"].max()) + 0.5)))  # whole seconds: their middle
     capacity = max(wall_s * max(slots, 1), 1e-9)
-    lent = min(totals.pop("lent_steps"), idle_tail_s(spans, ended_at, slots))  # lent: only ever an idle slot's
+    idle = idle_tail_s(spans, ended_at, slots)
+    lent = min(totals.pop("lent_steps"), idle)  # lent: only ever an idle slot's
     totals["steps"] += lent
     shares = {f"time_share_{key}": value / capacity for key, value in totals.items()}
-    shares["time_share_idle"] = (idle_tail_s(spans, ended_at, slots) - lent) / capacity
+    shares["time_share_idle"] = (idle - lent) / capacity
     shares["time_share_other"] = max(0.0, 1.0 - sum(shares.values()))
     shares["steps_lent_share"] = lent / capacity
     shares["sweep_wall_s"] = wall_s
