@@ -30,11 +30,13 @@ def test_empty_slots_are_shared_out_among_the_running_trials():
 
 @pytest.fixture
 def lender(ray_cluster):
+    """The lender's name and handle, and the session cluster's CPUs once they are all free."""
     name = "nmt-core-lender-test"
+    total = idle_total(ray_cluster)
     handle = lending.start_lender(name)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # what a 1-CPU Train worker starts with
-    yield name, handle
+    yield name, handle, total
     torch.set_num_threads(threads)
     lending.stop_lender(handle, name)  # every loan back, even after a failed assertion
 
@@ -73,9 +75,7 @@ def borrowing_one_cpu(ray, name, handle, offers, running):
 
 
 def test_a_borrower_takes_what_it_is_offered_on_its_node_and_gives_it_back(ray_cluster, lender):
-    ray = ray_cluster
-    name, handle = lender
-    total = idle_total(ray)
+    ray, (name, handle, total) = ray_cluster, lender
     borrower = borrowing_one_cpu(ray, name, handle, {"t1": 1.0, "other": 1.0}, ["t1", "other"])
     wait_for(lambda: free_cpus(ray) == total - 1, 30, "the lent CPU reserved in Ray's books")
     assert len(live_groups()) == 1
@@ -88,9 +88,7 @@ def test_a_borrower_takes_what_it_is_offered_on_its_node_and_gives_it_back(ray_c
 
 
 def test_a_trials_loans_come_back_when_it_stops_running_however_its_workers_ended(ray_cluster, lender):
-    ray = ray_cluster
-    name, handle = lender
-    total = idle_total(ray)
+    ray, (name, handle, total) = ray_cluster, lender
     borrowing_one_cpu(ray, name, handle, {"t1": 1.0}, ["t1"])
     wait_for(lambda: free_cpus(ray) == total - 1, 30, "the lent CPU reserved")
     # the worker is killed (ASHA stopped the trial): it never returns the loan; the driver sees the trial end
@@ -100,9 +98,7 @@ def test_a_trials_loans_come_back_when_it_stops_running_however_its_workers_ende
 
 
 def test_an_offer_its_node_cannot_place_is_declined_without_a_leftover_request(ray_cluster, lender):
-    ray = ray_cluster
-    name, handle = lender
-    total = idle_total(ray)
+    ray, (name, handle, total) = ray_cluster, lender
     ray.get(handle.offer.remote({"t1": total + 2}, ["t1"]))
     borrower = lending.CoreBorrower(name, "t1", "0", cpus_per_worker=1.0, check_every_s=0.0, cores=int(total) + 8)
     step_until(borrower, lambda share: borrower.refused is not None, "the refusal")
