@@ -38,6 +38,7 @@ The model knob is ``dec_parse_target``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -79,6 +80,20 @@ class BiaffineParseHead(nn.Module):
         log_attention = torch.log_softmax(scores.float(), dim=-1)  # eq. 15, in fp32 for the loss
         output = log_attention.exp().to(values.dtype) @ values  # eq. 16: [B, Sq, K]
         return output, log_attention
+
+
+@dataclass(frozen=True)
+class ParseSupervision:
+    """What the training loss needs of a model's parse heads (eq. 18): the weights λ_enc and
+    λ_dec of the heads it has, and which decoder position is supervised.  A model config says
+    it with ``parse_supervision()``; a model without parse heads returns ``NO_PARSE_HEADS``."""
+
+    lambda_enc: float
+    lambda_dec: float
+    dec_target: DecoderParseTarget
+
+
+NO_PARSE_HEADS = ParseSupervision(lambda_enc=0.0, lambda_dec=0.0, dec_target="output")
 
 
 def encoder_parse_targets(src_heads: Tensor) -> Tensor:

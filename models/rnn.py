@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from models.dbsa import NO_PARSE_HEADS, ParseSupervision
 from models.inputs import ModelOutput, Source
 
 RNNName = Literal["seq2seq", "tree2seq", "hier_tree_gru", "gumbel_tree"]
@@ -47,6 +48,10 @@ class RNNConfig:
     top_down: bool = True  # the top-down pass (Table 3 switch / their §3.3)
     gate: Gate = "learned"  # hier_tree_gru: β weighting lexical vs phrase context (eq. 4)
     gumbel_tau: float = 0.5  # gumbel_tree: Gumbel-softmax temperature (paper: 0.5)
+
+    def parse_supervision(self) -> ParseSupervision:
+        """The recurrent and tree models have no parse heads."""
+        return NO_PARSE_HEADS
 
     @property
     def d_memory(self) -> int:

@@ -131,7 +131,7 @@ def beam_search(model, src: Source, *, beam: int = 4, alpha: float = 0.6, max_le
         histories = torch.cat([histories.index_select(0, order), tokens[:, None]], dim=1)
         scores = alive_scores.masked_fill(done[:, None], float("-inf"))
         # ``order`` only permutes the beams *within* a sentence, and the beams of a sentence share
-        # identical encoder rows, so ``encoded`` needs no reordering (it was 16% of a cached decode)
+        # identical encoder rows, so ``encoded`` needs no reordering
         state = reorder(state, order)
     return [sorted(hyps, key=lambda h: -h.score)[:beam] for hyps in finished]
 

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from models.dbsa import BiaffineParseHead, DecoderParseTarget
+from models.dbsa import BiaffineParseHead, DecoderParseTarget, ParseSupervision
 from models.inputs import ModelOutput, Source
 from models.layers import Embedding, FeedForward, MultiHeadAttention, RelativeLabels, Residual
 from models.relative import RelativeEmbeddings, depth_labels, position_labels
@@ -50,9 +50,15 @@ class TransformerConfig:
     # Deguchi et al. 2019: 1-based layer holding the parse head (None = no parse head there)
     p_enc: int | None = None
     p_dec: int | None = None
-    lambda_enc: float = 1.0  # loss weights of eq. 18, read by the training loss
+    lambda_enc: float = 1.0  # loss weights of eq. 18 (parse_supervision)
     lambda_dec: float = 1.0
     dec_parse_target: DecoderParseTarget = "output"  # which decoder position is supervised (models/dbsa.py)
+
+    def parse_supervision(self) -> ParseSupervision:
+        """Eq. 18's weights for the parse heads this model has (0 where it has none)."""
+        return ParseSupervision(lambda_enc=self.lambda_enc if self.p_enc is not None else 0.0,
+                                lambda_dec=self.lambda_dec if self.p_dec is not None else 0.0,
+                                dec_target=self.dec_parse_target)
 
     def validate(self) -> None:
         """Raise ValueError for any inconsistent setting (called by ``build_model``)."""

@@ -1,6 +1,6 @@
 """syntax-aware NMT platform: CLIs, configs, data pipeline, Ray drivers, MLflow, evaluation.
 
-This package is named ``platform`` because the customer's commands are
+This package is named ``platform`` because its commands are
 ``python -m platform.<cli>``.  That name shadows the standard-library module ``platform``,
 which torch, ray, mlflow and pytest import (``platform.system()``, ``platform.machine()``...).
 Whenever this package is what ``import platform`` finds (the repository root is first on
@@ -10,7 +10,7 @@ The shim below executes the stdlib ``platform.py`` (located through ``sysconfig`
 ``sys.path``, which would find this file again) under the module name ``platform`` and copies
 its names into this package.  Functions keep their own globals, so they behave exactly as the
 stdlib ones; classes such as ``uname_result`` keep ``__module__ == "platform"`` and so still
-pickle.  See DESIGN.md §2; tests/test_shim.py guards it.
+pickle.  See docs/architecture.md; tests/test_shim.py guards it.
 """
 
 import importlib.util as _importlib_util

@@ -1,7 +1,7 @@
 """User-facing errors and the one CLI wrapper that turns them into a clean exit.
 
 A user error (bad input file, bad flag, bad config) is reported as one line on stderr,
-``error: FILE:LINE: problem``, with exit status 2 and no traceback (DESIGN.md §8).
+``error: FILE:LINE: problem``, with exit status 2 and no traceback (docs/architecture.md).
 Programming errors still raise normally: a traceback there is what a developer needs.
 """
 

@@ -1,6 +1,6 @@
 """``python -m platform.evaluate``: score a trained model on any CoNLL-U pair set.
 
-    python -m platform.evaluate --run RUN_ID --test ../shared/data/tanaka-enja/test --src ja --tgt en
+    python -m platform.evaluate --run RUN_ID --test corpus/test --src ja --tgt en
     python -m platform.evaluate --checkpoint runs/.../checkpoint.pt --test corpus/test --src ja --tgt en --beam 4
 
 The test pairs are encoded with the run's own subword models and settings, decoded with beam

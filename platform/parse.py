@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from platform.data.dataset import open_text_lines
+from platform.data.storage import open_text_lines
 from platform.errors import InputError, UserError, run_cli
 
 DEFAULT_MODELS = {"ja": "ja_ginza"}

@@ -1,4 +1,4 @@
-"""``python -m platform.prepare``: paired CoNLL-U → subwords → Parquet dataset (DESIGN.md §3).
+"""``python -m platform.prepare``: paired CoNLL-U → subwords → Parquet dataset (docs/architecture.md).
 
     python -m platform.prepare --data demo --out data/demo
     python -m platform.prepare --train PREFIX --dev PREFIX [--test PREFIX] --src ja --tgt en --out DIR

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from models import MODELS
 from platform import config as config_io
-from platform.data.dataset import resolve_dataset
+from platform.data.encode import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch import reach
 from platform.launch.cluster import default_storage_path, default_cpus_per_worker, start_ray, storage_uri
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     dataset, storage = resolve_dataset(args.data), storage_uri(args.storage_path)
     start_ray(args.address)
-    job = Job(dataset_dir=reach.for_every_node(dataset, storage), data=dataset, workers=args.workers,
+    job = Job(dataset=reach.for_every_node(dataset, storage), workers=args.workers,
               gpus_per_worker=args.gpus_per_worker,
               cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
               tracking_uri=tracking_uri, run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage,

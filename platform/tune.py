@@ -11,9 +11,7 @@ is named after the trial id, so a retried trial resumes its own checkpoints.  ``
 (TPE, seeded) samples the space, the space's first points (the papers' settings) first;
 ``ASHAScheduler`` stops weak trials on ``dev_bleu`` per epoch, and those are told to Optuna as
 PRUNED (Ray would tell them COMPLETE with their early value, which biases TPE).  The sweep is an
-MLflow parent run; every trial a child run tagged ``trial_id``.  Once no trial is left to start,
-an empty slot's CPUs are lent to the trials still running (``launch.lending``; CPU trials, unless
-``--no-lend-idle-cpus``).  Run from the repository root.
+MLflow parent run; every trial a child run tagged ``trial_id``.  Run from the repository root.
 """
 
 from __future__ import annotations
@@ -24,29 +22,17 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from platform import config as config_io
-from platform.data.dataset import resolve_dataset
+from platform.data.encode import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch import reach
-from platform.launch.cluster import default_storage_path, start_ray, storage_uri
-from platform.launch.spaces import Space, load_space
+from platform.launch.cluster import default_storage_path, max_concurrent_trials, start_ray, storage_uri
 from platform.launch.console import console_log_path, make_console, quiet_logging
-from platform.launch.sweep import (
-    Sweep,
-    base_config,
-    closing_lines,
-    log_summary,
-    max_concurrent_trials,
-    no_trial_finished,
-    existing_sweep,
-    parent_run,
-    run_sweep,
-    summarize,
-    time_line,
-    time_shares,
-)
+from platform.launch.driver import Job
+from platform.launch.spaces import Space, load_space
+from platform.launch.summary import closing_lines, log_summary, no_trial_finished, summarize, time_line, time_shares
+from platform.launch.sweep import Sweep, existing_sweep, parent_run, run_sweep
 from platform.tracking import runs
 from platform.tracking.store import resolve_tracking_uri, start_relay
 from platform.tracking.tables import format_table
@@ -73,9 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per worker (default 1)")
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per worker (default 0)")
     parser.add_argument("--max-concurrent", type=int, help="at most this many trials at once (default: what fits)")
-    parser.add_argument("--lend-idle-cpus", action=argparse.BooleanOptionalAction, default=True,
-                        help="once no trial is left to start, lend the empty trial slots' CPUs to the trials still "
-                             "running, as more torch threads on their node (default on; CPU trials only)")
     parser.add_argument("--name", help="sweep name; with --resume, the sweep to continue")
     parser.add_argument("--resume", action="store_true", help="continue the interrupted sweep --name")
     parser.add_argument("--seed", type=int, default=1, help="Optuna TPE seed (default 1)")
@@ -93,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def dry_run(space: Space, base: dict[str, Any], seed: int) -> None:
+def dry_run(space: Space, seed: int) -> None:
     print(f"space {space.name} (model {space.spec.model}, {space.spec.mode} {space.spec.metric})")
     for key, dist in space.spec.params.items():
         low, high = space.bounds(key) if dist.type != "categorical" else (None, None)
@@ -106,7 +89,7 @@ def dry_run(space: Space, base: dict[str, Any], seed: int) -> None:
     print(f"first points: {space.first_points()}")
     sampled = space.sample(seed)
     print(f"sampled: {sampled}")
-    print(config_io.dump_yaml(load_train_config(space.trial_config(base, sampled))), end="")
+    print(config_io.dump_yaml(load_train_config(space.trial_config(sampled))), end="")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,10 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     size = "smoke" if args.smoke else args.size
     max_epochs = args.max_epochs or (2 if args.smoke else None)
-    base = base_config(args.space, size, args.overrides, max_epochs)
-    space = load_space(args.space, base)
+    space = load_space(args.space, size, args.overrides, max_epochs)
     if args.dry_run:
-        dry_run(space, base, args.seed)
+        dry_run(space, args.seed)
         return 0
     if args.resume and not args.name:
         raise UserError("--resume needs the --name of the sweep to continue")
@@ -129,16 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     dataset_dir = resolve_dataset(args.data)
     start_ray(args.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves one CPU for trial drivers
               log_to_driver=args.verbose)
-    job = {"dataset_dir": reach.for_every_node(dataset_dir, storage), "data": dataset_dir,
-           "workers": args.workers_per_trial, "gpus_per_worker": args.gpus_per_worker,
-           "cpus_per_worker": args.cpus_per_worker, "experiment": args.experiment, "tracking_uri": tracking_uri,
-           "storage_path": storage, "max_failures": 1, "git_commit": runs.git_commit()}
+    job = Job(dataset=reach.for_every_node(dataset_dir, storage), workers=args.workers_per_trial,
+              gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker, experiment=args.experiment,
+              tracking_uri=tracking_uri, run_name="", storage_path=storage, max_failures=1,
+              git_commit=runs.git_commit())  # each trial's with its run name and start time
     concurrent = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, args.gpus_per_worker,
                                        requested=args.max_concurrent, joined=args.address is not None)
-    sweep = Sweep(name=name, space=space, base=base, num_samples=args.num_samples or (3 if args.smoke else 6),
-                  max_epochs=base.get("max_epochs", 10), seed=args.seed, job=job, experiment=args.experiment,
-                  tracking_uri=tracking_uri, storage_path=storage,
-                  max_concurrent=concurrent, lend_idle_cpus=args.lend_idle_cpus and args.gpus_per_worker == 0)
+    sweep = Sweep(name=name, space=space, num_samples=args.num_samples or (3 if args.smoke else 6),
+                  max_epochs=load_train_config(space.base).max_epochs, seed=args.seed, job=job,
+                  max_concurrent=concurrent)
     start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, args.resume)
     print(f"sweep {name}: {sweep.num_samples} trials of {space.spec.model}, up to {sweep.max_concurrent} at once, "

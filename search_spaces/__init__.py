@@ -1,4 +1,4 @@
-"""Declarative search spaces for ``python -m platform.tune --space NAME`` (DESIGN.md §6).
+"""Declarative search spaces for ``python -m platform.tune --space NAME`` (docs/architecture.md).
 
 One YAML file per space; ``SPACES`` names them explicitly (no directory scanning).  The format
 and its strict validation live in ``platform/launch/spaces.py``.

@@ -79,8 +79,8 @@ class Settings:
 
 
 # CPU: one torch thread.  On a shared machine OpenMP threads that lose their core stall each
-# other at every barrier: beam search measured 1.2 s with one thread and 4.6-23 s with two,
-# minutes apart.  One thread keeps ratios stable; --threads N on a machine of your own.
+# other at every barrier (docs/performance.md): one thread keeps ratios stable; --threads N on a
+# machine of your own.
 DEFAULTS = {
     "cpu": {},
     "cuda": dict(size="paper", tokens=16384, length=64, bf16=True, warmup=3, steps=10, decode_sentences=64,

@@ -13,7 +13,7 @@ from models.inputs import Source
 from models.search import beam_search
 from platform.bench.common import Settings, interleaved_seconds, median_ratio, _fmt
 from platform.bench.models import model_config, random_source
-from platform.training.evaluate import EvalConfig
+from platform.training.config import EvalConfig
 
 
 # ------------------------------------------------------------------------------ decode

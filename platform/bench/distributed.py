@@ -65,7 +65,7 @@ def bench_ddp(settings: Settings) -> dict[str, Any]:
         return dict(SKIPPED_NO_RAY)
     import ray
 
-    from platform.data.dataset import resolve_dataset
+    from platform.data.encode import resolve_dataset
     from platform.launch.cluster import start_ray
     from platform.training.config import resolve_config
 

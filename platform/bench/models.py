@@ -31,7 +31,8 @@ from platform.bench.common import (
 from platform.data.batching import Batch
 from platform.training.config import TrainConfig
 from platform.training.context import Context
-from platform.training.step import OptimConfig, build_optimizer, train_step
+from platform.training.config import OptimConfig
+from platform.training.step import build_optimizer, train_step
 
 
 # ------------------------------------------------------------------------------ models: data and loss

@@ -1,4 +1,4 @@
-"""CoNLL-U reading with the validation of DESIGN.md §8.
+"""CoNLL-U reading with the validation of docs/data.md.
 
 Only what the pipeline needs is kept per sentence: word forms, heads (0-based, root = -1),
 relations, the ``# text`` and ``# sent_id`` comments and the line where the sentence starts.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from platform.data.dataset import open_text_lines
+from platform.data.storage import open_text_lines
 from platform.errors import InputError
 
 NUM_COLUMNS = 10

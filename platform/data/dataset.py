@@ -1,6 +1,6 @@
 """The prepared dataset directory, and the one place that reads and writes it.
 
-    DIR/train.parquet  dev.parquet  test.parquet   one row per sentence pair (DESIGN.md §3)
+    DIR/train.parquet  dev.parquet  test.parquet   one row per sentence pair (docs/architecture.md)
     DIR/src.model  tgt.model                        SentencePiece models (identical if joint)
     DIR/config.yaml                                 the resolved PrepareConfig
     DIR/meta.json                                   counts, vocab sizes, input hashes, command
@@ -14,11 +14,7 @@ marker last).
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +25,7 @@ import pyarrow.parquet as pq
 from platform import atomic
 from platform.data import storage
 from platform.data.batching import LIST_COLUMNS, TEXT_COLUMNS, ParquetExamples
-from platform.errors import InputError, UserError
+from platform.errors import UserError
 
 SPLITS = ("train", "dev", "test")
 META_FILE = "meta.json"
@@ -166,24 +162,15 @@ def is_prepared(directory: str | Path) -> bool:
     return True
 
 
-DEMO_NAMES = {"demo": "small", "demo-large": "large"}  # --data names of the built-in corpus (data/demo.LEXICONS)
+@dataclass(frozen=True)
+class DatasetRef:
+    """A prepared dataset as one run refers to it, from the CLI to its workers: ``name`` as the
+    user gave it, resolved (an absolute path or a URI: what MLflow records), and ``location``,
+    where every worker reads it (``name`` itself, or its copy on the run's storage where other
+    nodes cannot see ``name``)."""
 
-
-def resolve_dataset(data: str, quiet: bool = False) -> str:
-    """A ``--data`` argument as a prepared dataset's location: ``demo`` (``demo-large``) → the
-    built-in corpus, prepared once into ./data/demo (./data/demo-large); else a prepared
-    dataset (a local directory, made absolute, or a URI) with train and dev splits (a clear
-    error otherwise)."""
-    if data in DEMO_NAMES:
-        from platform.data.encode import prepare_default_demo
-
-        return str(prepare_default_demo(quiet, lexicon=DEMO_NAMES[data]))
-    location = storage.locate(data)
-    read_meta(location.uri)  # a clear error if it is not a prepared dataset
-    for split in ("train", "dev"):
-        if not split_exists(location.uri, split):
-            raise UserError(f"{location}: no {split}.parquet; training needs train and dev splits")
-    return location.uri
+    name: str
+    location: str
 
 
 @dataclass
@@ -204,56 +191,3 @@ class PreparedDataset:
         dev = read_examples(directory, "dev") if with_dev else None
         blobs = {side: read_subword_model(directory, side) for side in ("src", "tgt")}
         return cls(directory, meta, read_examples(directory, "train"), dev, blobs)
-
-
-# ------------------------------------------------------------------ inputs (CoNLL-U, text)
-
-
-def conllu_path(prefix: str | Path, lang: str) -> str:
-    """``PREFIX.LANG.conllu`` or ``PREFIX.LANG.conllu.gz``, whichever exists (not both); a local
-    path or a URI."""
-    plain = storage.locate(f"{prefix}.{lang}.conllu")
-    packed = storage.locate(f"{plain.uri}.gz")
-    if plain.exists() and packed.exists():
-        raise UserError(f"both {plain} and {packed} exist; remove one")
-    if plain.exists():
-        return plain.uri
-    if packed.exists():
-        return packed.uri
-    raise UserError(f"{plain}[.gz]: file not found")
-
-
-def open_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` of a UTF-8 text file (local or a URI), gzip-compressed if
-    it ends in .gz."""
-    name = str(path)
-    try:
-        with _open_binary(name) as raw_handle:
-            handle = gzip.GzipFile(fileobj=raw_handle) if name.endswith(".gz") else raw_handle
-            for number, raw in enumerate(handle, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise InputError(name, number, f"invalid UTF-8 (byte {error.start + 1} of the line)") from None
-                if number == 1 and line.startswith("\ufeff"):
-                    line = line[1:]
-                yield number, line.rstrip("\r\n")
-    except FileNotFoundError:
-        raise InputError(name, None, "file not found") from None
-    except (OSError, EOFError) as error:  # corrupt gzip, permission denied, a directory...
-        raise InputError(name, None, f"cannot read: {error}") from None
-
-
-def input_sha256(path: str | Path) -> str:
-    """The sha256 of an input file (local or a URI), recorded in the dataset's metadata."""
-    digest = hashlib.sha256()
-    with _open_binary(str(path)) as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _open_binary(name: str):
-    if storage.is_uri(name):
-        return io.BytesIO(storage.locate(name).read_bytes())
-    return open(name, "rb")

@@ -1,4 +1,4 @@
-"""Preparing a dataset: paired CoNLL-U → subwords → Parquet (DESIGN.md §3).
+"""Preparing a dataset: paired CoNLL-U → subwords → Parquet (docs/architecture.md).
 
 ``prepare`` reads CoNLL-U prefixes (``PREFIX.LANG.conllu[.gz]`` per side), learns or reuses
 the subword models, encodes every split with its trees and writes the dataset directory
@@ -25,7 +25,7 @@ from models.inputs import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from platform import atomic
 from platform import config as config_io
 from platform.data import dataset as ds
-from platform.data.dataset import conllu_path
+from platform.data import storage
 from platform.data import demo
 from platform.data.conllu import Sentence, read_conllu
 from platform.data.subwords import SubwordConfig, SubwordModel, train_subwords
@@ -69,8 +69,8 @@ Log = Callable[[str], None]
 
 
 def read_corpus(prefix: str | Path, config: PrepareConfig, progress: bool = False) -> Corpus:
-    src_path = conllu_path(prefix, config.src_lang)
-    tgt_path = conllu_path(prefix, config.tgt_lang)
+    src_path = storage.conllu_path(prefix, config.src_lang)
+    tgt_path = storage.conllu_path(prefix, config.tgt_lang)
     src = read_conllu(src_path, fix_roots=config.fix_roots, progress=progress)
     tgt = read_conllu(tgt_path, fix_roots=config.fix_roots, progress=progress)
     if len(src) != len(tgt):
@@ -226,7 +226,7 @@ def _write_all(tmp, config, corpora, models, models_bytes, progress, log) -> dic
         "vocab_size": {"src": len(models[0]), "tgt": len(models[1])},
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         "splits": splits,
-        "inputs_sha256": {str(p): ds.input_sha256(p) for c in corpora.values() for p in c.files},
+        "inputs_sha256": {str(p): storage.input_sha256(p) for c in corpora.values() for p in c.files},
         "subword_library": f"sentencepiece {sentencepiece.__version__}",
         "config": config_io.to_dict(config),
         "command": shlex.join([Path(sys.executable).name, "-m", "platform.prepare", *sys.argv[1:]]),
@@ -296,3 +296,21 @@ def prepare_default_demo(quiet: bool = False, lexicon: str = "small") -> Path:
         log(f"{directory} holds the built-in demo corpus of other settings; generating it again")
     prepare_demo(directory, config, demo_config, overwrite=stale, progress=False, log=log)
     return directory.resolve()
+
+
+DEMO_NAMES = {"demo": "small", "demo-large": "large"}  # --data names of the built-in corpus (data/demo.LEXICONS)
+
+
+def resolve_dataset(data: str, quiet: bool = False) -> str:
+    """A ``--data`` argument as a prepared dataset's location: ``demo`` (``demo-large``) → the
+    built-in corpus, prepared once into ./data/demo (./data/demo-large); else a prepared
+    dataset (a local directory, made absolute, or a URI) with train and dev splits (a clear
+    error otherwise)."""
+    if data in DEMO_NAMES:
+        return str(prepare_default_demo(quiet, lexicon=DEMO_NAMES[data]))
+    location = storage.locate(data)
+    ds.read_meta(location.uri)  # a clear error if it is not a prepared dataset
+    for split in ("train", "dev"):
+        if not ds.split_exists(location.uri, split):
+            raise UserError(f"{location}: no {split}.parquet; training needs train and dev splits")
+    return location.uri

@@ -1,6 +1,6 @@
 """Where dataset files live: a local path or any URI ``pyarrow.fs`` opens (``s3://``,
 ``gs://``, ``hdfs://``...).  ``data.dataset`` reads and writes through ``Location``; nothing else
-opens dataset files.
+opens dataset files.  Input files (CoNLL-U, plain text) are read through ``open_text_lines``.
 
 Endpoints and credentials come from where pyarrow (the AWS SDK) looks for them:
 ``AWS_ENDPOINT_URL`` (MinIO, moto and other S3-compatible stores), the AWS credential chain
@@ -15,13 +15,16 @@ midway), and ``--overwrite`` removes the marker before anything else.
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
+import io
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from platform.errors import UserError
+from platform.errors import InputError, UserError
 
 COMMITTED = "COMMITTED"  # written last by publish(): the directory is complete
 
@@ -212,3 +215,56 @@ def directory_sha256(local_dir: str | Path) -> tuple[str, int]:
 def _first_line(error: BaseException) -> str:
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+# ------------------------------------------------------------------ input files (CoNLL-U, text)
+
+
+def conllu_path(prefix: str | Path, lang: str) -> str:
+    """``PREFIX.LANG.conllu`` or ``PREFIX.LANG.conllu.gz``, whichever exists (not both); a local
+    path or a URI."""
+    plain = locate(f"{prefix}.{lang}.conllu")
+    packed = locate(f"{plain.uri}.gz")
+    if plain.exists() and packed.exists():
+        raise UserError(f"both {plain} and {packed} exist; remove one")
+    if plain.exists():
+        return plain.uri
+    if packed.exists():
+        return packed.uri
+    raise UserError(f"{plain}[.gz]: file not found")
+
+
+def open_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` of a UTF-8 text file (local or a URI), gzip-compressed if
+    it ends in .gz."""
+    name = str(path)
+    try:
+        with _open_binary(name) as raw_handle:
+            handle = gzip.GzipFile(fileobj=raw_handle) if name.endswith(".gz") else raw_handle
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise InputError(name, number, f"invalid UTF-8 (byte {error.start + 1} of the line)") from None
+                if number == 1 and line.startswith("\ufeff"):
+                    line = line[1:]
+                yield number, line.rstrip("\r\n")
+    except FileNotFoundError:
+        raise InputError(name, None, "file not found") from None
+    except (OSError, EOFError) as error:  # corrupt gzip, permission denied, a directory...
+        raise InputError(name, None, f"cannot read: {error}") from None
+
+
+def input_sha256(path: str | Path) -> str:
+    """The sha256 of an input file (local or a URI), recorded in the dataset's metadata."""
+    digest = hashlib.sha256()
+    with _open_binary(str(path)) as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _open_binary(name: str):
+    if is_uri(name):
+        return io.BytesIO(locate(name).read_bytes())
+    return open(name, "rb")

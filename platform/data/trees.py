@@ -1,7 +1,7 @@
 """Subword dependency trees: the DBSA head projection, depths, and the binary tree.
 
 All indices are 0-based.  Word heads use -1 for the root; subword heads point the root at
-itself (DESIGN.md §3).
+itself (docs/architecture.md).
 
 Binary tree scheme (``binary_tree``), for the tree encoders of Eriguchi et al. / Yang et al.:
 

@@ -1,11 +1,15 @@
 """Starting or joining Ray, the same way for every command: the repository as the jobs'
-working_dir, a local cluster's dashboard on 127.0.0.1 only, and where Ray keeps its files."""
+working_dir, a local cluster's dashboard on 127.0.0.1 only, and where Ray keeps its files; how
+many sweep trials the cluster fits; and what an interrupted sweep left reserved."""
 
 from __future__ import annotations
 
+import math
 import os
 from contextlib import contextmanager
 from pathlib import Path
+
+from platform.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 # gitignore-style, as Ray matches them: the run-time directories only at the top (``platform/data``
@@ -13,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_EXCLUDES = [".git", "/data", "/runs", "/mlruns", "*.db", ".venv", "venv", ".ci-venv", "__pycache__"]
 # Ray Train V2's controller looks at its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by
 # default): an epoch's result reaches Tune (and ASHA), and a finished training its end, up to that
-# late, which a sweep of short trials pays per epoch and per trial (a poll costs ~1 ms)
+# late, which a sweep of short trials pays per epoch and per trial (a poll is cheap)
 RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 
 
@@ -98,6 +102,67 @@ def default_cpus_per_worker(workers: int) -> float:
     return float(max(1, int(total) // workers))
 
 
+# ----------------------------------------------------------------------------- capacity
+
+
+DRIVER_CPU = 0.1  # what each sweep trial's function trainable (its trainer's driver) reserves
+
+
+def max_concurrent_trials(workers: int, cpus_per_worker: float, gpus_per_worker: float,
+                          requested: int | None = None, joined: bool = False, log=print) -> int:
+    """How many trials run at once: ``requested`` (``--max-concurrent``; default as many as
+    fit), at most what the cluster can fit.
+
+    What the cluster can fit is what is up now, except on a cluster the driver joined
+    (``--address``), whose autoscaler may add nodes (a ``ray up`` head whose GPU workers start
+    on demand): there the limit is what the autoscaler's node types add up to where Ray
+    publishes it, and otherwise what is up now or, when nothing fits yet, ``requested`` (default
+    1); trials that do not fit yet wait for Ray's autoscaler (said in one line)."""
+    import ray
+
+    now = ray.cluster_resources()
+    ceiling = _autoscaler_ceiling() if joined else None
+    fits_now = trials_that_fit(now, workers, cpus_per_worker, gpus_per_worker)
+    fits = trials_that_fit(ceiling, workers, cpus_per_worker, gpus_per_worker) if ceiling else fits_now
+    if fits < 1 and joined and ceiling is None:  # e.g. a ray up head before its first GPU worker
+        fits = requested or 1
+    if fits < 1:
+        raise UserError(f"the cluster ({_resources(now)}{f'; at most {_resources(ceiling)} with its autoscaler' if ceiling else ''}) "
+                        f"cannot fit one trial of {workers} workers × {cpus_per_worker} CPUs / {gpus_per_worker} GPUs")
+    wanted = min(requested or fits, fits)
+    if wanted > fits_now:
+        log(f"cluster: {_resources(now)} up now, {fits_now} trial(s) fit; the others wait for Ray's autoscaler to add "
+            f"nodes" + (f" (up to {_resources(ceiling)})" if ceiling else ""))
+    return wanted
+
+
+def trials_that_fit(resources: dict[str, float], workers: int, cpus_per_worker: float, gpus_per_worker: float) -> int:
+    """Trials of ``workers`` workers (and their driver's CPU) that ``resources`` hold at once."""
+    fits = math.floor(resources.get("CPU", 0) / (workers * cpus_per_worker + DRIVER_CPU) + 1e-9)
+    if gpus_per_worker > 0:
+        fits = min(fits, math.floor(resources.get("GPU", 0) / (workers * gpus_per_worker) + 1e-9))
+    return fits
+
+
+def _autoscaler_ceiling() -> dict[str, float] | None:
+    """The most the cluster's autoscaler can bring up (its node types × their max counts, what
+    Ray itself reads from the GCS), or None without an autoscaler (a local or fixed cluster)."""
+    try:
+        from ray._private.state import state
+
+        return state.get_max_resources_from_cluster_config() or None
+    except Exception:  # noqa: BLE001 - an internal API: without it, what is up now is the limit
+        return None
+
+
+def _resources(resources: dict[str, float]) -> str:
+    return f"{resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs"
+
+
+
+# ----------------------------------------------------------------------------- leftovers
+
+
 def orphaned_groups(groups: list[dict], ended_sweeps: set[str], in_use: set[str]) -> list[dict]:
     """The placement groups an ended sweep left behind: not detached, made by a job in
     ``ended_sweeps`` (``platform.tune`` drivers that have ended), no live actor placed in them
@@ -118,7 +183,7 @@ def release_orphaned_groups(log=print) -> float:
         ended, in_use, groups = cluster_records()
     except Exception:  # noqa: BLE001 - no state API here: nothing to say about leftovers
         return 0.0
-    from ray._raylet import PlacementGroupID
+    from ray import PlacementGroupID
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
     cpus = 0.0

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from platform.launch.sweep import trial_status
+from platform.launch.summary import trial_status
 from platform.tracking.tables import format_table, number
 from platform.training.metrics import SHOWN, shown
 

@@ -1,5 +1,5 @@
 """One training run on Ray Train V2: open the MLflow run, run a ``TorchTrainer`` of
-``--workers`` DDP workers (gloo on CPU, nccl with GPUs), close the run (DESIGN.md §5).
+``--workers`` DDP workers (gloo on CPU, nccl with GPUs), close the run (docs/architecture.md).
 
 ``platform.train`` calls ``run`` once; every Tune trial of ``launch.sweep`` calls it for its
 own trainer.  The config crosses to the workers as the typed ``TrainConfig`` object (validated
@@ -23,7 +23,7 @@ from platform.training.config import TrainConfig
 class Job:
     """Everything a training run needs besides the config: where and how it runs."""
 
-    dataset_dir: str  # where the workers read the dataset (a path or URI; on a cluster, maybe its copy)
+    dataset: ds.DatasetRef
     workers: int
     gpus_per_worker: float
     cpus_per_worker: float
@@ -34,9 +34,6 @@ class Job:
     max_failures: int
     started_at: float | None = None  # time.time() of the launch: the first epoch logs startup_s from it
     git_commit: str = ""  # the launching driver's commit (a trial runs in Ray's copy, without .git)
-    data: str = ""  # the dataset as the user named it (resolved), if the workers read a copy
-    lender: str = ""  # a sweep's CPU lender actor (launch.lending), if idle slots' CPUs may be lent to this run
-    trial_id: str = ""  # the Tune trial this run is (what the lender's offers name)
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
@@ -46,11 +43,11 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     With ``reuse`` (tags that identify one run: a trial's parent run and trial id) the run that
     carries them is reopened instead of creating a duplicate (a retried trial resumes its own run).
     Raises ``TrainingFailed`` (after marking the run FAILED) if the workers failed for good."""
-    meta = ds.read_meta(job.dataset_dir)
+    meta = ds.read_meta(job.dataset.location)
     config_yaml = config_io.dump_yaml(config)
     extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
              "git_commit": job.git_commit or runs.git_commit(), "dataset_sha256": runs.dataset_sha256(meta),
-             "data": job.data or str(job.dataset_dir)}
+             "data": job.dataset.name}
     tags = {"model": config.model.name, **(tags or {})}
     start_ray(ray_address)
     start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
@@ -59,7 +56,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
         run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
                                 tags, config_yaml, parent_run_id,
                                 source="platform.tune" if parent_run_id else "platform.train")
-        runs.log_dataset_inputs(job.tracking_uri, run_id, job.data or str(job.dataset_dir), meta)
+        runs.log_dataset_inputs(job.tracking_uri, run_id, job.dataset.name, meta)
     try:
         _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:
@@ -81,9 +78,9 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
     resources = {"CPU": job.cpus_per_worker, **({"GPU": job.gpus_per_worker} if use_gpu else {})}
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"config": config, "dataset_dir": str(job.dataset_dir),
+        train_loop_config={"config": config, "dataset": job.dataset,
                            "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
-                           "started_at": job.started_at, "lender": job.lender, "trial_id": job.trial_id},
+                           "started_at": job.started_at},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=ray.train.RunConfig(
             name=job.run_name, storage_path=str(job.storage_path),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 
 from platform.data import storage
+from platform.data.dataset import DatasetRef
 from platform.errors import UserError
 
 
@@ -38,19 +39,19 @@ def multi_node() -> bool:
     return any(node["NodeID"] != here for node in worker_nodes())
 
 
-def for_every_node(dataset: str, storage_path: str, log=print) -> str:
-    """Check that every node reaches ``storage_path``; return where the workers read the
-    dataset (``dataset`` itself, or its copy under the storage on a multi-node cluster).
+def for_every_node(dataset: str, storage_path: str, log=print) -> DatasetRef:
+    """Check that every node reaches ``storage_path``; the dataset as the workers read it
+    (``dataset`` itself, or its copy under the storage on a multi-node cluster).
 
     Shared storage (a URI) counts as a multi-node cluster even while only the driver's node is
     up: a ``ray up`` head whose GPU workers the autoscaler has not started yet gets them later,
     and they read what the driver put there, never the head's local path."""
     if not multi_node() and not storage.is_uri(storage_path):
-        return dataset
+        return DatasetRef(name=dataset, location=dataset)
     check_storage(storage_path)
     if storage.is_uri(dataset):
-        return dataset
-    return ship_dataset(dataset, storage_path, log)
+        return DatasetRef(name=dataset, location=dataset)
+    return DatasetRef(name=dataset, location=ship_dataset(dataset, storage_path, log))
 
 
 def check_storage(storage_path: str) -> None:

@@ -2,7 +2,7 @@
 
 A space file has ``model``, ``metric``, ``mode``, ``params`` (knob → distribution), optional
 ``fixed`` (config values for every trial) and ``first_points`` (evaluated first, e.g. the
-paper's setting).  A knob is named as everywhere else (``tracking.runs.param_name``): a model
+paper's setting).  A knob is named as everywhere else (``training.config.knob_name``): a model
 field by its paper name (``p_enc``, ``dropout``), another section's key dotted (``optim.lr``);
 the config key ``model.p_enc`` is accepted for it too.  A distribution is one of
 
@@ -16,23 +16,24 @@ layer count (``4/6``: the paper's layer 4 of 6, scaled to the model by ``recipes
 the rule every config uses), and ``recipe: NAME`` stands for that paper recipe's knobs
 (``training/recipes.py``); keys written next to it win.  An optional top-level ``recipe``
 names the recipe the trials' base config starts from (default: the model's own).
+
+``load_space`` reads the file once and owns the trials' base config: the space's model and
+recipe at a size, with ``--set`` overrides, validated with every first point and a few samples
+before any trial starts.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from platform import config as config_io
 from platform.errors import ConfigError, UserError
-from platform.tracking.runs import config_key, param_name
 from platform.training import recipes
-from platform.training.config import TrainConfig, load_train_config
-
-SECTIONS = {f.name for f in dataclasses.fields(TrainConfig)} - {"model"}  # knobs outside the model section
+from platform.training.config import knob_key, knob_name, load_train_config, resolve
 
 LAYER_SYMBOLS = {"encoder_layers": "num_encoder_layers", "decoder_layers": "num_decoder_layers"}
 
@@ -67,10 +68,13 @@ class SpaceFile:
 
 @dataclass(frozen=True)
 class Space:
-    """A loaded space, with layer symbols resolved against the trial model's layer counts."""
+    """A loaded space: its file, the trials' base config (plain data, validated), and layer
+    symbols resolved against the trial model's layer counts."""
 
     name: str
+    path: Path
     spec: SpaceFile
+    base: dict[str, Any]
     layers: dict[str, int]
 
     @property
@@ -134,11 +138,11 @@ class Space:
         self.define_by_run(trial)
         return dict(trial.params)
 
-    def trial_config(self, base: dict[str, Any], sampled: dict[str, Any]) -> dict[str, Any]:
-        """The full config data of one trial: base, then ``fixed``, then the sampled knobs."""
-        data = copy.deepcopy(base)
+    def trial_config(self, sampled: dict[str, Any]) -> dict[str, Any]:
+        """The full config data of one trial: the base, then ``fixed``, then the sampled knobs."""
+        data = copy.deepcopy(self.base)
         for name, value in {**self.spec.fixed, **sampled}.items():
-            config_io.set_dotted(data, config_key(name, SECTIONS), value)
+            config_io.set_dotted(data, knob_key(name), value)
         return data
 
 
@@ -147,7 +151,7 @@ _MISSING = object()
 
 def _knob_names(raw: dict[str, Any]) -> dict[str, Any]:
     """The space file with every knob under its one name (``model.p_enc`` → ``p_enc``)."""
-    rename = lambda mapping: {param_name(k): v for k, v in mapping.items()} if isinstance(mapping, dict) else mapping  # noqa: E731
+    rename = lambda mapping: {knob_name(k): v for k, v in mapping.items()} if isinstance(mapping, dict) else mapping  # noqa: E731
     raw = dict(raw)
     for section in ("params", "fixed"):
         if section in raw:
@@ -173,8 +177,11 @@ def space_path(name: str) -> Path:
     raise UserError(f"unknown search space {name!r}; available: {', '.join(SPACES)}, or a .yaml file")
 
 
-def load_space(name: str, base: dict[str, Any]) -> Space:
-    """Load and validate space ``name`` against the base config of its model."""
+def load_space(name: str, size: str = "sweep", overrides: Sequence[str] = (), max_epochs: int | None = None) -> Space:
+    """Load space ``name`` (read once) with its trials' base config: the space's model and recipe
+    at ``size`` (``training.config.resolve``, as ``platform.train`` resolves), ``--set``
+    ``overrides`` and ``max_epochs``, without early stopping (ASHA decides: a trial that ends
+    early was pruned); every first point and a few samples are validated against it."""
     path = space_path(name)
     raw = _knob_names(config_io.read_yaml_mapping(path))
     params = raw.get("params")
@@ -183,14 +190,16 @@ def load_space(name: str, base: dict[str, Any]) -> Space:
     raw = {**raw, "params": {key: config_io.from_dict(Distribution, spec, where=f"{path}: params.{key}")
                              for key, spec in params.items()}}
     spec = config_io.from_dict(SpaceFile, raw, where=str(path))
-    model = load_train_config(base).model  # the layer counts the trials build (size tables or defaults)
+    base = resolve(spec.model, size, recipe=spec.recipe, overrides=overrides, max_epochs=max_epochs)
+    base["patience"] = None
+    model = load_train_config(base).model  # a bad --set fails here; the layer counts the trials build
     layers = {symbol: getattr(model, field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
-    space = Space(name, spec, layers)
-    _validate(space, path, base)
+    space = Space(name, path, spec, base, layers)
+    _validate(space, path)
     return space
 
 
-def _validate(space: Space, path: Path, base: dict[str, Any]) -> None:
+def _validate(space: Space, path: Path) -> None:
     """Every knob and fixed key must be a real config key of the model, and configs must load."""
     _, base_recipe = recipes.recipe_for(space.spec.model, space.spec.recipe)
     for point in space.spec.first_points:
@@ -205,7 +214,7 @@ def _validate(space: Space, path: Path, base: dict[str, Any]) -> None:
         if unknown:
             raise ConfigError(f"{path}: first point sets {sorted(unknown)}, which are not knobs of the space")
         try:
-            load_train_config(space.trial_config(base, point))
+            load_train_config(space.trial_config(point))
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
 

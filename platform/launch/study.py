@@ -1,7 +1,7 @@
 """The sweep's Optuna study, kept: an RDB storage (``optuna.db``, SQLite) beside the sweep and
 on its MLflow parent run, with Optuna's own plots.
 
-The searcher (``sweep.make_searcher``) keeps its study in memory, and Ray saves and restores it
+The searcher (``searcher.make_searcher``) keeps its study in memory, and Ray saves and restores it
 with the experiment, so ``--resume`` continues the same study; at the end of every session the
 whole study (trials, their states, the intermediate values ASHA's rungs saw) is copied into
 ``optuna.db`` under the sweep's name, which ``optuna-dashboard sqlite:///…/optuna.db`` (the
@@ -27,33 +27,20 @@ PLOTS = {
 }
 
 
-def sweep_study(sweep_path: str, searcher=None):
-    """The sweep's study: the live searcher's, else (a resumed session, whose searcher Ray
-    restored out of reach) the one Ray saved in the sweep's local directory; None if neither."""
-    if searcher is not None:
-        return searcher._ot_study
-    if "://" in sweep_path or not Path(sweep_path).is_dir():
-        return None
-    from ray.tune.search.optuna import OptunaSearch
-
-    saved = OptunaSearch()
-    try:
-        saved.restore_from_dir(sweep_path)  # the state Ray keeps in the experiment directory
-    except RuntimeError:  # none saved there
-        return None
-    return getattr(saved, "_ot_study", None)
-
-
 def save_study(study, name: str, directory: Path) -> Path:
     """Copy ``study`` into ``directory/optuna.db`` as the study ``name`` (replacing an older
-    copy: written aside, then renamed)."""
+    copy: written aside, then renamed), through Optuna's public API: a new study in that
+    storage with the same directions and attributes, and every trial added to it."""
     import optuna
 
     directory.mkdir(parents=True, exist_ok=True)
     final, aside = directory / STUDY_FILE, directory / f".{STUDY_FILE}.tmp"
     aside.unlink(missing_ok=True)
-    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
-                      to_storage=f"sqlite:///{aside}", to_study_name=name)
+    copy = optuna.create_study(storage=f"sqlite:///{aside}", study_name=name, directions=study.directions)
+    for key, value in study.user_attrs.items():
+        copy.set_user_attr(key, value)
+    copy.add_trials(study.get_trials(deepcopy=False))
+    del copy  # its storage's connections close with it
     aside.replace(final)
     return final
 

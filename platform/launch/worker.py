@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from platform.data.dataset import PreparedDataset
-from platform.launch.lending import CoreBorrower
 from platform.tracking.logger import RunLogger
 from platform.tracking.system import node_sampler
 from platform.training.averaging import LAST_EPOCHS, epoch_files, keep_epoch
@@ -34,17 +33,14 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     threads = max(1, min(int(loop["cpus_per_worker"]), os.cpu_count() or 1))
     torch.set_num_threads(threads)  # Ray pins 1 thread otherwise
     ctx = Context.from_torch_distributed(ray.train.torch.get_device())
-    dataset = PreparedDataset.open(loop["dataset_dir"], with_dev=ctx.rank == 0)
-    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, loop["dataset_dir"])
-    if loop.get("lender"):  # a CPU sweep's trial: idle slots' CPUs may be lent to it (launch.lending)
-        hooks.borrower = CoreBorrower(loop["lender"], loop["trial_id"], str(ctx.rank), loop["cpus_per_worker"])
+    location = loop["dataset"].location  # a DatasetRef
+    dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
+    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location)
     system, node_logger = _system_metrics(hooks, loop)
     try:
         fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"))
         hooks.finish()  # done already with the last epoch's report, unless no epoch was left to train
     finally:
-        if hooks.borrower is not None:
-            hooks.borrower.give_back()
         if system is not None:
             system.stop()
         if node_logger is not None and node_logger is not hooks.logger:
@@ -110,10 +106,6 @@ class RayHooks:
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
         self.finished = False
-        self.borrower: CoreBorrower | None = None
-
-    def before_step(self) -> float:
-        return self.borrower.before_step() if self.borrower is not None else 0.0
 
     def resume(self) -> dict | None:
         import ray.train

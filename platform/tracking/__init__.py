@@ -1,3 +1,3 @@
-"""MLflow (DESIGN.md §7): the store and its relay (``store``), run lifecycle and params
+"""MLflow (docs/architecture.md): the store and its relay (``store``), run lifecycle and params
 (``runs``), rank 0's buffered logger (``logger``), artifact upload (``artifacts``), plots,
 summary tables (``tables``) and the parse-head diagnostics."""

@@ -26,17 +26,7 @@ def upload_model_files(mlflow_client, model_id: str, files: dict[str, bytes]) ->
         mlflow_client.log_model_artifacts(model_id, scratch)
 
 
-def log_file(tracking_uri: str, run_id: str, path: str | Path, directory: str | None = None) -> None:
-    """Log a local file as ``directory/<its name>``."""
-    from platform.tracking.store import client
-
-    upload_bytes(client(tracking_uri), run_id, Path(path).name, Path(path).read_bytes(), directory)
-
-
-def log_text(tracking_uri: str, run_id: str, text: str, artifact_file: str) -> None:
-    """Log ``text`` as the artifact ``artifact_file`` (``dir/name.ext``)."""
-    from platform.tracking.store import client
-
-    parent = str(Path(artifact_file).parent)
-    upload_bytes(client(tracking_uri), run_id, Path(artifact_file).name, text.encode("utf-8"),
-                 None if parent == "." else parent)
+def files_of(directory: Path) -> dict[str, bytes]:
+    """A saved directory (an MLflow model) as relative path → bytes (what crosses to the relay)."""
+    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts}

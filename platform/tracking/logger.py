@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from platform.tracking.artifacts import log_text, upload_bytes
-from platform.tracking.store import client, log_metrics, metric_steps, on_client, run_tags
+from platform.tracking import model
+from platform.tracking.artifacts import files_of, upload_bytes
+from platform.tracking.store import client, log_metrics, metric_steps, on_client, run_tags, server_down
 
 
 class RunLogger:
@@ -104,13 +105,14 @@ class RunLogger:
 
     def model(self, directory: Path, step: int, params: dict[str, str]) -> None:
         """Log a saved MLflow model directory (``tracking.model.save``) as the run's logged model."""
-        from platform.tracking import model
-
-        files, created = model.files_of(directory), {}  # a copy, read now; the id kept across retries
+        files, created = files_of(directory), {}  # a copy, read now; the id kept across retries
         self._call("the MLflow model", lambda: model.log(self.client, self.run_id, files, step, params, created))
 
     def text(self, text: str, artifact_file: str) -> None:
-        self._call(f"artifact {artifact_file}", lambda: log_text(self.tracking_uri, self.run_id, text, artifact_file),
+        name, parent = Path(artifact_file).name, str(Path(artifact_file).parent)
+        data = text.encode("utf-8")
+        self._call(f"artifact {artifact_file}",
+                   lambda: upload_bytes(self.client, self.run_id, name, data, None if parent == "." else parent),
                    replaces=True)
 
     def flush(self, force: bool = False) -> bool:
@@ -155,8 +157,6 @@ class RunLogger:
     def _down(self) -> str | None:
         """Why the tracking server does not answer its health check now, asked from where the
         calls go: this process, or the relay's node (None: it answers, or it is not a server)."""
-        from platform.tracking.store import server_down
-
         down = getattr(self.client, "down", None)  # the relay's
         return down() if down is not None else server_down(self.tracking_uri)
 

@@ -28,6 +28,10 @@ import os
 import warnings
 from pathlib import Path
 
+from platform import config as config_io
+from platform.tracking.artifacts import upload_model_files
+from platform.training.checkpoint import load_checkpoint, model_from_checkpoint
+
 MODEL_NAME = "model"  # the logged model's name (MLflow's default artifact name)
 PROGRESS_BARS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
@@ -40,8 +44,6 @@ def save(checkpoint: Path, directory: Path) -> dict[str, str]:
     import torch
 
     import models
-    from platform import config as config_io
-    from platform.training.checkpoint import load_checkpoint, model_from_checkpoint
 
     state = load_checkpoint(checkpoint)
     model, config = model_from_checkpoint(state)
@@ -82,21 +84,13 @@ def _quiet_mlflow():
             os.environ[PROGRESS_BARS] = bars
 
 
-def files_of(directory: Path) -> dict[str, bytes]:
-    """A model directory as relative path → bytes (what crosses to the relay)."""
-    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
-            if path.is_file() and "__pycache__" not in path.parts}
-
-
 def log(mlflow_client, run_id: str, files: dict[str, bytes], step: int, params: dict[str, str],
         created: dict[str, str]) -> str:
-    """Log a saved model directory (``files_of``) as an MLflow 3 logged model of ``run_id``: create
+    """Log a saved model directory (``artifacts.files_of``) as an MLflow 3 logged model of ``run_id``: create
     it, upload its files, mark it READY and link it to the run as an output at ``step``; returns
     its id.  ``created`` remembers the id across retries (an outage between the steps), so a
     retried call finishes the same model instead of creating a second one."""
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
-
-    from platform.tracking.artifacts import upload_model_files
 
     if "model_id" not in created:
         experiment_id = mlflow_client.get_run(run_id).info.experiment_id

@@ -1,11 +1,8 @@
 """An MLflow run's life: opened with its params, tags and resolved config by the process that
 launches the training (the ``platform.train`` driver, or a Tune trial), found again on a retry,
 and closed as FINISHED or FAILED (the error as a tag) — a run is never left RUNNING.  During
-training only rank 0 writes to it (``tracking.logger``).
-
-A knob has one name everywhere (``param_name``): MLflow params, Tune/Optuna parameters, sweep
-summaries and reports use the paper names of model fields (``p_enc``) and dotted names for the
-other sections (``optim.lr``).
+training only rank 0 writes to it (``tracking.logger``).  Params are named by the one knob
+naming rule (``training.config.knob_name``).
 """
 
 from __future__ import annotations
@@ -22,21 +19,9 @@ from platform import config as config_io
 from platform.errors import UserError
 from platform.tracking.artifacts import upload_bytes
 from platform.tracking.store import client, on_client, run_status
+from platform.training.config import knob_name
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL_SECTION = "model."
-
-
-def param_name(config_key: str) -> str:
-    """A dotted config key's name as a knob and an MLflow param: ``model.p_enc`` → ``p_enc``,
-    ``optim.lr`` stays ``optim.lr``."""
-    return config_key[len(MODEL_SECTION):] if config_key.startswith(MODEL_SECTION) else config_key
-
-
-def config_key(name: str, sections: set[str]) -> str:
-    """The inverse of ``param_name``: a name whose first part is one of ``sections`` (the
-    TrainConfig's own fields) is already a config key; any other is a model field."""
-    return name if name.split(".")[0] in sections else MODEL_SECTION + name
 
 
 def git_commit() -> str:
@@ -85,7 +70,7 @@ def _log_dataset_inputs(mlflow_client, run_id: str, dataset: str, meta: dict[str
 
 def run_params(train_config, extra: dict[str, Any]) -> dict[str, str]:
     """Flat params: model fields under their paper names (p_enc, k_clip, ...), other sections dotted."""
-    params = {param_name(key): value for key, value in config_io.flat_dict(train_config).items()
+    params = {knob_name(key): value for key, value in config_io.flat_dict(train_config).items()
               if key != "model.name"}
     params.update(extra)
     return {key: str(value)[:6000] for key, value in params.items()}

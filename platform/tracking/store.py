@@ -1,4 +1,4 @@
-"""The MLflow store (DESIGN.md §7): which one (``resolve_tracking_uri``), whether it answers,
+"""The MLflow store (docs/architecture.md): which one (``resolve_tracking_uri``), whether it answers,
 and a client for it — direct, or through the relay actor where only the driver's node can
 reach it.  Explicit run ids everywhere (``MlflowClient``), no global MLflow state."""
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import UserError
+from platform.tracking.artifacts import files_of, upload_bytes, upload_model_files
 
 
 def default_tracking_uri() -> str:
@@ -64,8 +65,8 @@ def on_client(mlflow_client, function: Callable[..., Any], *args, **kwargs) -> A
 
     For the calls on a trial's start-up path (find or create its run, read a tag, log metrics):
     ``function`` takes and returns plain data, so the trial process and the Train worker never
-    unpickle an MLflow object, which would import MLflow there (about 1.5 s of CPU per process,
-    twice per trial, on a machine where the other trial is training)."""
+    unpickle an MLflow object, which would import MLflow there (seconds of CPU per process, twice
+    per trial, on a machine where the other trial is training)."""
     if isinstance(mlflow_client, RelayClient):
         return mlflow_client.run(function, *args, **kwargs)
     return function(mlflow_client, *args, **kwargs)
@@ -163,8 +164,6 @@ class MlflowRelay:
 
         from mlflow.tracking import MlflowClient
 
-        import platform.tracking.runs  # noqa: F401 - what the first trial's on_client calls need, before it asks
-
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # not "Creating initial MLflow database tables"
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
@@ -188,14 +187,10 @@ class MlflowRelay:
             return self._run_locks.setdefault(run_id, threading.Lock())
 
     def log_artifact_bytes(self, run_id: str, name: str, data: bytes, directory: str | None) -> None:
-        from platform.tracking.artifacts import upload_bytes
-
         with self._run_lock(run_id):
             upload_bytes(self.client, run_id, name, data, directory)
 
     def log_model_files(self, model_id: str, files: dict[str, bytes]) -> None:
-        from platform.tracking.artifacts import upload_model_files
-
         upload_model_files(self.client, model_id, files)
 
     def run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -224,8 +219,6 @@ class RelayClient:
 
     def log_model_artifacts(self, model_id: str, local_dir: str, artifact_path: str | None = None) -> None:
         import ray
-
-        from platform.tracking.model import files_of
 
         prefix = Path(artifact_path) if artifact_path else Path()
         files = {str(prefix / name): data for name, data in files_of(Path(local_dir)).items()}

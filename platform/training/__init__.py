@@ -1,4 +1,4 @@
-"""Training as plain functions, no Ray (DESIGN.md §5): ``config`` (TrainConfig, presets, the one
+"""Training as plain functions, no Ray (docs/architecture.md): ``config`` (TrainConfig, presets, the one
 resolver), ``recipes`` (the papers' table rows), ``context``, ``loss``, ``step``, ``evaluate``,
 ``metrics``, ``checkpoint`` and ``loop`` (``fit``).  ``platform.launch`` runs them under Ray
 Train and Tune; tests and ``platform.bench`` call them directly."""

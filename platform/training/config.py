@@ -24,11 +24,38 @@ from platform import config as config_io
 from platform.data.batching import BatchingConfig
 from platform.errors import ConfigError
 from platform.training import recipes
-from platform.training.evaluate import EvalConfig
-from platform.training.step import OptimConfig
 
 # the model section is one of the models' config classes (models/build.py's table)
 ModelConfig = Union[tuple(dict.fromkeys(spec.config_class for spec in MODELS.values()))]  # noqa: UP007
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
+    warmup_steps: int = 400  # inverse-square-root schedule of Vaswani et al. (paper: 4000)
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0  # 0 disables gradient clipping
+    label_smoothing: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.warmup_steps < 0:
+            raise ValueError("lr must be positive and warmup_steps non-negative")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    beam: int = 1  # 1 = greedy decoding of the dev set each epoch
+    alpha: float = 0.6  # length penalty (Wu et al. 2016)
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    max_sentences: int | None = None  # decode only the first N dev sentences (None = all)
+    max_tokens: int = 4000  # dev batch budget
+
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -47,6 +74,22 @@ class TrainConfig:
             raise ValueError(f"max_epochs must be ≥ 1, got {self.max_epochs}")
         if self.keep_last_epochs < 0:
             raise ValueError(f"keep_last_epochs must be ≥ 0, got {self.keep_last_epochs}")
+
+
+SECTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig)) - {"model"}
+MODEL_SECTION = "model."
+
+
+def knob_name(config_key: str) -> str:
+    """The one name of a config key as a sweep knob, an MLflow param, a summary or report column:
+    a model field by its paper name (``model.p_enc`` → ``p_enc``), any other key dotted
+    (``optim.lr``)."""
+    return config_key[len(MODEL_SECTION):] if config_key.startswith(MODEL_SECTION) else config_key
+
+
+def knob_key(name: str) -> str:
+    """The config key of a knob name (``knob_name``'s inverse; ``model.p_enc`` is taken as is)."""
+    return name if name.split(".")[0] in SECTIONS or name.startswith(MODEL_SECTION) else MODEL_SECTION + name
 
 
 # The model dimensions of each size, per model config class (a new model of an existing class
@@ -74,9 +117,8 @@ SIZES = {
 RUN_PRESETS = {
     "cpu": {"max_epochs": 3, "batching": {"max_tokens": 1500}, "optim": {"lr": 2e-3, "warmup_steps": 100}},
     "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},
-    # 200-update epochs: a trial's start-up (Ray Train's worker group, ~10 s on 2 busy cores) is
-    # paid once per trial, so shorter epochs spend more of a sweep starting trials (100-update
-    # epochs: 60 % of its time in training steps, 200: 71 %; docs/results.md)
+    # 200-update epochs: a trial's start-up (Ray Train's worker group) is paid once per trial, so
+    # shorter epochs spend more of a sweep starting trials (measured in docs/results.md)
     "sweep": {"max_epochs": 4, "max_steps_per_epoch": 200, "eval": {"max_sentences": 200}, "keep_last_epochs": 0,
               "batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 100}},
     "smoke": {"max_epochs": 2, "max_steps_per_epoch": 8, "eval": {"max_sentences": 40},

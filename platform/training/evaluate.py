@@ -14,20 +14,11 @@ from platform.training.context import Context
 from platform.training.loss import loss_sums, parse_targets, teacher_forcing, to_source
 from platform.training.metrics import head_accuracy, translation_scores
 
+from platform.training.config import TrainConfig
+
 if TYPE_CHECKING:
     from platform.data.batching import Batch, ParquetExamples
     from platform.data.subwords import SubwordModel
-    from platform.training.config import TrainConfig
-
-
-@dataclass(frozen=True, kw_only=True)
-class EvalConfig:
-    beam: int = 1  # 1 = greedy decoding of the dev set each epoch
-    alpha: float = 0.6  # length penalty (Wu et al. 2016)
-    max_len_a: float = 1.5
-    max_len_b: int = 10
-    max_sentences: int | None = None  # decode only the first N dev sentences (None = all)
-    max_tokens: int = 4000  # dev batch budget
 
 
 @dataclass

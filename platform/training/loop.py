@@ -54,11 +54,6 @@ class Hooks:
     def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
         """Rank 0, each epoch: the model weights for checkpoint averaging (the newest ``keep``)."""
 
-    def before_step(self) -> float:
-        """Before each update: the trial slots' worth of CPUs lent to this worker for it (0: its
-        own only; see ``launch.lending``), counted into the epoch's ``lent_steps_s``."""
-        return 0.0
-
 
 @dataclass
 class LocalHooks(Hooks):
@@ -149,29 +144,24 @@ def check_subwords(state: dict, dataset: PreparedDataset) -> None:
 
 
 def _train_epoch(model, optimizer, scheduler, sampler, config, ctx, epoch, progress, hooks) -> dict[str, float]:
-    """One epoch's updates; its metrics' ``lent_steps_s`` (only if CPUs were lent) is the
-    update time × the slots' worth lent for it: slot-seconds of training on borrowed CPUs."""
+    """One epoch's updates and their metrics."""
     sampler.set_epoch(epoch)
     meter = Throughput()
-    loss_sum, steps, lent = 0.0, 0, 0.0
+    loss_sum, steps = 0.0, 0
     began, timing = time.perf_counter(), {}
     for index, batches in enumerate(sampler.updates()):
         if config.max_steps_per_epoch is not None and index >= config.max_steps_per_epoch:
             break
         if index == 0:
             timing["first_step_at"] = time.time()
-        share = hooks.before_step()
-        step_began = time.perf_counter()
         result = train_step(model, optimizer, scheduler, batches, config, ctx)
-        lent += share * (time.perf_counter() - step_began)
         loss_sum += result.loss
         steps += 1
         progress["step"] += 1
         meter.add(result.num_tokens)
     return {"epoch": epoch + 1, "train_loss": loss_sum / max(steps, 1), "tokens_per_s": meter.per_second,
             "tokens_per_update": meter.tokens / max(steps, 1), "update_freq": sampler.update_freq,
-            "lr": scheduler.get_last_lr()[0], "step": progress["step"], "steps_s": time.perf_counter() - began, **timing,
-            **({"lent_steps_s": lent} if lent else {})}
+            "lr": scheduler.get_last_lr()[0], "step": progress["step"], "steps_s": time.perf_counter() - began, **timing}
 
 
 def _update_progress(progress: dict, metrics: dict[str, float], epoch: int) -> bool:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.dbsa import IGNORE_INDEX, decoder_parse_targets, encoder_parse_targets
+from models.dbsa import IGNORE_INDEX, ParseSupervision, decoder_parse_targets, encoder_parse_targets
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, ModelOutput, Source
 
 if TYPE_CHECKING:
@@ -51,20 +51,20 @@ class LossSums:
     def counts(self) -> Tensor:
         return torch.stack([self.num_tokens, self.enc_count, self.dec_count]).float()
 
-    def nonfinite(self, lambda_enc: float = 0.0, lambda_dec: float = 0.0) -> Tensor:
+    def nonfinite(self, weights: ParseSupervision) -> Tensor:
         """1.0 if a loss term of the objective (one with a non-zero weight) is NaN/inf here, else 0.0."""
-        terms = [self.token_loss] + [loss for loss, weight in ((self.enc_loss, lambda_enc), (self.dec_loss, lambda_dec))
-                                     if weight]
+        pairs = ((self.enc_loss, weights.lambda_enc), (self.dec_loss, weights.lambda_dec))
+        terms = [self.token_loss] + [loss for loss, weight in pairs if weight]
         return (~torch.isfinite(torch.stack([t.detach().float() for t in terms]))).any().float()
 
 
 def parse_targets(batch: Batch, model_config) -> tuple[Tensor, Tensor]:
     """The parse heads' targets of ``batch``: encoder [B, S], decoder [B, T+1] (models/dbsa.py)."""
-    supervise = getattr(model_config, "dec_parse_target", "output")
+    supervise = model_config.parse_supervision().dec_target
     return encoder_parse_targets(batch.src_heads), decoder_parse_targets(batch.tgt_heads, supervise)
 
 
-def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float, model_config=None) -> LossSums:
+def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float, model_config) -> LossSums:
     logits = output.logits.float().reshape(-1, output.logits.shape[-1])  # [B·T, V]
     targets = tgt_out.reshape(-1)
     token_loss = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
@@ -76,7 +76,7 @@ def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothin
     return LossSums(token_loss, token_nll, (targets != PAD_ID).sum(), enc_loss, enc_count, dec_loss, dec_count)
 
 
-def loss_counts(batch: Batch, model_config=None) -> Tensor:
+def loss_counts(batch: Batch, model_config) -> Tensor:
     """[3] float: target tokens (incl. EOS), supervised encoder and decoder parse positions of
     ``batch`` — the counts ``loss_sums`` finds, known before the forward pass, so an update that
     accumulates several batches normalises each by the whole update's counts."""
@@ -101,10 +101,9 @@ def combine(sums: LossSums, global_counts: Tensor, model_config, world_size: int
     because DDP averages gradients over ranks."""
     tokens, enc, dec = (c.clamp(min=1.0) for c in global_counts)
     loss = sums.token_loss / tokens
-    lambda_enc = getattr(model_config, "lambda_enc", 0.0)
-    lambda_dec = getattr(model_config, "lambda_dec", 0.0)
-    if lambda_enc:
-        loss = loss + lambda_enc * sums.enc_loss / enc
-    if lambda_dec:
-        loss = loss + lambda_dec * sums.dec_loss / dec
+    weights = model_config.parse_supervision()
+    if weights.lambda_enc:
+        loss = loss + weights.lambda_enc * sums.enc_loss / enc
+    if weights.lambda_dec:
+        loss = loss + weights.lambda_dec * sums.dec_loss / dec
     return loss * world_size

@@ -1,4 +1,4 @@
-"""Translation and parsing metrics (DESIGN.md §5).
+"""Translation and parsing metrics (docs/architecture.md).
 
 * ``dev_bleu`` / ``dev_chrf``: sacrebleu on *detokenized* text (Moses detokenizer for
   languages written with spaces, characters joined for Japanese/Chinese), the signature kept;

@@ -14,10 +14,9 @@ YAML config and a space's first point.  Nearest rather than rounding up because 
 the Quickstart measured best: on the demo corpus a parse head in the *top* layer of a 2-layer
 model costs the most translation quality (docs/results.md).
 
-What the recipes rest on (the paper PDFs could not be read from this workplace; see each
-``source``): DESIGN.md §1's summaries, the settings quoted in the paper-faithfulness issue, and
-for DBSA the authors' release ``de9uch1/dbsa``.  Settings nobody could check against a paper
-are named in ``unverified``.
+What each recipe rests on is in its ``source`` (the paper, and for DBSA the authors' release
+``de9uch1/dbsa``); settings not yet checked against the paper's text are named in ``unverified``
+(docs/models.md lists them with every deviation).
 """
 
 from __future__ import annotations

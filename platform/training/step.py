@@ -1,5 +1,5 @@
 """One optimizer update: Adam with the inverse-square-root schedule, the loss of
-``platform.training.loss``, gradient clipping, bf16 autocast on GPU (DESIGN.md §5).
+``platform.training.loss``, gradient clipping, bf16 autocast on GPU (docs/architecture.md).
 
 Imports torch and ``models/`` only, so ``platform.bench`` times exactly this step.
 """
@@ -20,26 +20,10 @@ from models import build_model
 from platform.training.context import Context, seed_everything
 from platform.training.loss import combine, loss_counts, loss_sums, teacher_forcing, to_source
 
+from platform.training.config import OptimConfig, TrainConfig
+
 if TYPE_CHECKING:
     from platform.data.batching import Batch
-    from platform.training.config import TrainConfig
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptimConfig:
-    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
-    warmup_steps: int = 400  # inverse-square-root schedule of Vaswani et al. (paper: 4000)
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    weight_decay: float = 0.0
-    clip_norm: float = 1.0  # 0 disables gradient clipping
-    label_smoothing: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.lr <= 0 or self.warmup_steps < 0:
-            raise ValueError("lr must be positive and warmup_steps non-negative")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
 
 
 def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:
@@ -118,8 +102,8 @@ def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, con
     with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
         output = model(to_source(batch), tgt_in)
     sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
-    weights = getattr(config.model, "lambda_enc", 0.0), getattr(config.model, "lambda_dec", 0.0)
-    return combine(sums, global_counts, config.model, ctx.world_size), sums.nonfinite(*weights)
+    return (combine(sums, global_counts, config.model, ctx.world_size),
+            sums.nonfinite(config.model.parse_supervision()))
 
 
 def _sync_gradients(model: nn.Module, sync: bool):

@@ -6,19 +6,18 @@ from conftest import run_module
 from models import build_model
 from platform.errors import ConfigError, UserError
 from platform.launch.spaces import load_space
-from platform.launch.sweep import base_config, make_searcher, restore_scheduler_state, scheduler_state
+from platform.launch.searcher import make_searcher, study_of
 from platform.training.config import load_train_config
 from search_spaces import SPACES
 
 
 @pytest.mark.parametrize("name", sorted(SPACES))
 def test_every_space_loads_and_a_sampled_config_builds_a_model(name):
-    base = base_config(name, "sweep", [], None)
-    space = load_space(name, base)
+    space = load_space(name, "sweep")
     assert space.knobs and space.first_points()
     sampled = space.sample(seed=3)
     assert set(sampled) <= set(space.knobs)
-    config = load_train_config(space.trial_config(base, sampled))
+    config = load_train_config(space.trial_config(sampled))
     for key, value in sampled.items():  # a knob's one name: a model field bare, other sections dotted
         section, field = key.split(".") if "." in key else ("model", key)
         assert getattr(getattr(config, section), field) == value
@@ -27,9 +26,9 @@ def test_every_space_loads_and_a_sampled_config_builds_a_model(name):
 
 
 def test_dbsa_first_point_is_the_paper_scaled_to_the_layer_count():
-    six = load_space("dbsa", base_config("dbsa", "sweep", ["model.num_encoder_layers=6", "model.num_decoder_layers=6"], None))
+    six = load_space("dbsa", "sweep", ["model.num_encoder_layers=6", "model.num_decoder_layers=6"])
     assert six.first_points()[0]["p_enc"] == 4 and six.first_points()[0]["lambda_enc"] == 1.0
-    three = load_space("dbsa", base_config("dbsa", "cpu", ["model.num_encoder_layers=3", "model.num_decoder_layers=3"], None))
+    three = load_space("dbsa", "cpu", ["model.num_encoder_layers=3", "model.num_decoder_layers=3"])
     assert three.first_points()[0]["p_enc"] == 2
     assert three.bounds("p_enc") == (1, 3)
 
@@ -38,18 +37,18 @@ def test_dbsa_first_point_is_the_paper_scaled_to_the_layer_count():
 def test_dbsa_first_point_and_the_default_config_pick_the_same_layers(size):
     from platform.training.config import resolve_config
 
-    point = load_space("dbsa", base_config("dbsa", size, [], None)).first_points()[0]
+    point = load_space("dbsa", size).first_points()[0]
     config = resolve_config("dbsa", size).model
     assert (point["p_enc"], point["p_dec"]) == (config.p_enc, config.p_dec)
 
 
 def test_a_paper_size_sweep_bounds_the_layers_by_the_paper_model():
-    space = load_space("dbsa", base_config("dbsa", "paper", [], None))
+    space = load_space("dbsa", "paper")
     assert space.bounds("p_enc") == (1, 6) and space.first_points()[0]["p_enc"] == 4
 
 
 def test_first_points_expand_their_recipe():
-    point = load_space("deprel", base_config("deprel", "sweep", [], None)).first_points()[0]
+    point = load_space("deprel", "sweep").first_points()[0]
     assert point["l_clip"] == 2 and point["k_clip"] == 2 and point["use_rel"] is True
 
 
@@ -58,11 +57,11 @@ def test_a_first_point_recipe_of_another_model_is_refused(tmp_path):
     path.write_text("model: dbsa\nparams:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n"
                     "first_points:\n  - {recipe: omote2019/dep, optim.lr: 5.0e-4}\n")
     with pytest.raises(ConfigError, match="deprel recipe, not dbsa"):
-        load_space(str(path), base_config(str(path), "sweep", [], None))
+        load_space(str(path), "sweep")
 
 
 def test_conditional_knobs_are_sampled_only_when_their_condition_holds():
-    space = load_space("deprel", base_config("deprel", "sweep", [], None))
+    space = load_space("deprel", "sweep")
     samples = [space.sample(seed) for seed in range(30)]
     assert all(("k_clip" in s) == s["use_rel"] for s in samples)
     assert any(not s["use_rel"] for s in samples) and any(s["use_rel"] for s in samples)
@@ -70,9 +69,9 @@ def test_conditional_knobs_are_sampled_only_when_their_condition_holds():
 
 def test_bad_space_and_bad_override_are_clear_errors():
     with pytest.raises(UserError, match="unknown search space 'dbsa2'; available: dbsa"):
-        base_config("dbsa2", "sweep", [], None)
+        load_space("dbsa2", "sweep")
     with pytest.raises(ConfigError, match="unknown config key"):
-        base_config("dbsa", "sweep", ["optim.learningrate=1"], None)
+        load_space("dbsa", "sweep", ["optim.learningrate=1"])
 
 
 def _drive(searcher, trial_id, values):
@@ -86,22 +85,22 @@ def test_trials_stopped_early_are_told_to_optuna_as_pruned_not_complete():
     from optuna.trial import TrialState
     from ray.tune.search.optuna import OptunaSearch
 
-    space = load_space("gumbel", base_config("gumbel", "sweep", [], None))
+    space = load_space("gumbel", "sweep")
     ours = make_searcher(space, seed=0, max_iterations=4)
     ours.set_search_properties("dev_bleu", "max", {})
     _drive(ours, "full", [1.0, 2.0, 3.0, 4.0])
     _drive(ours, "stopped", [0.5])  # ASHA stopped it after one epoch
-    states = {t.number: t.state for t in ours._ot_study.trials}
+    states = {t.number: t.state for t in study_of(ours).trials}
     assert states == {0: TrialState.COMPLETE, 1: TrialState.PRUNED}
-    assert ours._ot_study.trials[1].intermediate_values == {1: 0.5}
+    assert study_of(ours).trials[1].intermediate_values == {1: 0.5}
     # Tune hands the result that made ASHA stop a trial to on_trial_complete only: still recorded
     ours.suggest("direct")
     ours.on_trial_complete("direct", {"dev_bleu": 0.25, "training_iteration": 1})
-    assert ours._ot_study.trials[2].state == TrialState.PRUNED and ours._ot_study.trials[2].intermediate_values == {1: 0.25}
+    assert study_of(ours).trials[2].state == TrialState.PRUNED and study_of(ours).trials[2].intermediate_values == {1: 0.25}
     # Ray's own OptunaSearch would have told Optuna the stopped trial was COMPLETE with 0.5
     plain = OptunaSearch(space=space.define_by_run, metric="dev_bleu", mode="max", seed=0)
     _drive(plain, "stopped", [0.5])
-    assert plain._ot_study.trials[0].state == TrialState.COMPLETE
+    assert study_of(plain).trials[0].state == TrialState.COMPLETE
 
 
 def test_dry_run_and_unknown_space_on_the_command_line():
@@ -117,7 +116,7 @@ def test_a_ray_whose_optuna_searcher_changed_is_named_at_start(monkeypatch):
     """The internals PruneAwareOptunaSearch relies on, checked loudly (as a newer Ray would fail)."""
     from ray.tune.search.optuna import OptunaSearch
 
-    space = load_space("gumbel", base_config("gumbel", "sweep", [], None))
+    space = load_space("gumbel", "sweep")
     make_searcher(space, seed=0, max_iterations=4)  # this Ray: fine
     original = OptunaSearch.__init__
 
@@ -131,9 +130,9 @@ def test_a_ray_whose_optuna_searcher_changed_is_named_at_start(monkeypatch):
 
 
 def _asha(max_epochs: int):
-    from ray.tune.schedulers import ASHAScheduler
+    from platform.launch.searcher import make_scheduler
 
-    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max_epochs, grace_period=1, reduction_factor=2)
+    scheduler = make_scheduler(max_epochs)
     scheduler.set_search_properties("dev_bleu", "max")
     return scheduler
 
@@ -145,7 +144,7 @@ def test_ashas_rungs_are_saved_with_the_searcher_and_restored_into_a_fresh_sched
 
     from ray.tune.schedulers import TrialScheduler
 
-    space = load_space("gumbel", base_config("gumbel", "sweep", [], None))
+    space = load_space("gumbel", "sweep")
     scheduler = _asha(4)
     searcher = make_searcher(space, seed=0, max_iterations=4, scheduler=scheduler)
     searcher.set_search_properties("dev_bleu", "max", {})
@@ -167,13 +166,13 @@ def test_ashas_rungs_are_saved_with_the_searcher_and_restored_into_a_fresh_sched
     fresh = _asha(4)  # what Ray's resume had before: empty rungs, the weak trial goes on
     fresh.on_trial_add(None, late)
     assert fresh.on_trial_result(None, late, {"training_iteration": 1, "dev_bleu": 5.0}) == TrialScheduler.CONTINUE
-    with pytest.raises(Exception, match="do not match"):
-        restore_scheduler_state(_asha(8), scheduler_state(scheduler))  # other max epochs: refused
+    with pytest.raises(UserError, match="saved with 4 max epochs, not 8"):  # other max epochs: refused
+        make_searcher(space, seed=0, max_iterations=8, scheduler=_asha(8)).restore_from_dir(str(tmp_path))
 
 
 def test_the_best_config_never_comes_from_a_failed_trial():
     """Rows come sorted by the metric whatever the status; a failed trial's partial score may top them."""
-    from platform.launch.sweep import best_row
+    from platform.launch.summary import best_row
 
     rows = [{"trial": "failed", "status": "ERROR", "dev_bleu": 50.0},
             {"trial": "pruned", "status": "PRUNED", "dev_bleu": 10.0},

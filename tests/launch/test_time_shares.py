@@ -1,11 +1,11 @@
-"""Where a sweep's time went (``launch.sweep.time_shares``), from the metrics its trials report."""
+"""Where a sweep's time went (``launch.summary.time_shares``), from the metrics its trials report."""
 
 from dataclasses import dataclass
 
 import pandas as pd
 import pytest
 
-from platform.launch.sweep import time_line, time_shares
+from platform.launch.summary import time_line, time_shares
 
 
 @dataclass
@@ -48,24 +48,13 @@ def test_slots_that_stay_busy_to_the_end_have_no_idle_time():
     assert "of the slots' time with a trial" not in time_line(shares, 2)
 
 
-def test_an_idle_slots_cpus_lent_to_the_last_trial_count_as_its_training_steps():
-    # as in the first test, but the 4-epoch trial's last two epochs ran on slot 2's CPUs too
-    # (launch.lending): 30 of its 40 s of updates there had one slot lent (30 slot-seconds)
+def test_each_slot_second_is_counted_once():
+    """A trial column that is not a share of the slots' time (here a stray ``lent_steps_s`` of
+    an older run) moves nothing: the shares still add up to the slots' time."""
     results = [trial(1000.0, 4), trial(1000.0, 1), trial(1031.0, 1)]
     results[0].metrics_dataframe["lent_steps_s"] = [None, None, 10.0, 20.0]
     ended = 1094.0
     shares = time_shares(results, launched_at=990.0, wall_s=ended - 1000.0, slots=2, ended_at=ended)
-    capacity = 2 * 94.0
-    assert shares["time_share_steps"] == pytest.approx((6 * 20.0 + 30.0) / capacity)
-    assert shares["time_share_idle"] == pytest.approx((1094.0 - 1062.5 - 30.0) / capacity, abs=0.01)
-    assert shares["steps_lent_share"] == pytest.approx(30.0 / capacity)
+    assert shares["time_share_steps"] == pytest.approx(6 * 20.0 / (2 * 94.0))
     assert sum(v for k, v in shares.items() if k.startswith("time_share_")) == pytest.approx(1.0)
-    assert "80% training steps (16% on idle slots' CPUs lent to a running trial;" in time_line(shares, 2)
-
-
-def test_lent_time_is_never_counted_beyond_the_idle_slots_time():
-    results = [trial(1000.0, 2), trial(1000.0, 2)]  # both slots busy to the end: nothing could be lent
-    results[0].metrics_dataframe["lent_steps_s"] = [5.0, 5.0]
-    shares = time_shares(results, launched_at=1000.0, wall_s=52.0, slots=2, ended_at=1052.0)
-    assert shares["steps_lent_share"] <= 0.02 and shares["time_share_idle"] >= 0.0
-    assert sum(v for k, v in shares.items() if k.startswith("time_share_")) == pytest.approx(1.0)
+    assert not any("lent" in key for key in shares)
