@@ -54,7 +54,7 @@ BUDGET = {"max_steps_per_epoch": None, "patience": None, "batching.max_tokens": 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tanaka", default=str(ROOT.parent / "shared" / "data" / "tanaka-enja"),
+    parser.add_argument("--tanaka", default=str(Path(__import__("os").environ.get("NMT_TEST_DATA") or ROOT.parent / "shared" / "data") / "tanaka-enja"),
                         help="the tanaka-enja directory (CoNLL-U pairs)")
     parser.add_argument("--dataset", default=str(ROOT / "data" / "tanaka-ja-en"), help="prepared dataset (made if missing)")
     parser.add_argument("--epochs", type=int, default=2)
@@ -74,9 +74,10 @@ def prepare(args) -> str:
     """The prepared Tanaka dataset (``--dataset``: a directory or a URI such as s3://...), made
     once if it is not there (through the dataset I/O layer, like ``platform.prepare --out``)."""
     from platform.data import dataset as ds
+    from platform.data.encode import resolve_dataset
 
     if ds.is_prepared(args.dataset):
-        return ds.resolve_dataset(args.dataset)
+        return resolve_dataset(args.dataset)
     from platform.data.encode import PrepareConfig, prepare
 
     tanaka = Path(args.tanaka)
@@ -95,6 +96,7 @@ def finished_runs(client, experiment: str) -> list:
 
 def run_row(row: str, seed: int, args, dataset: str) -> None:
     from platform.inference import Trained, log_test_results, write_outputs
+    from platform.data.dataset import DatasetRef
     from platform.launch.driver import Job, run
     from platform.training.config import resolve_config
     from platform.training.recipes import get_recipe
@@ -105,7 +107,7 @@ def run_row(row: str, seed: int, args, dataset: str) -> None:
     config = resolve_config(get_recipe(row).model, "sweep", recipe=row, max_epochs=args.epochs,
                             overrides=[f"{k}={json.dumps(v)}" for k, v in settings.items()])
     slug = row.replace("/", "-").replace("+", "-")
-    job = Job(dataset_dir=dataset, workers=1, gpus_per_worker=args.gpus_per_worker, cpus_per_worker=2.0,
+    job = Job(dataset=DatasetRef(name=dataset, location=dataset), workers=1, gpus_per_worker=args.gpus_per_worker, cpus_per_worker=2.0,
                     experiment=args.experiment,
                     tracking_uri=args.tracking_uri, run_name=f"{slug}-s{seed}-{int(time.time())}",
                     storage_path=args.storage_path, max_failures=1)

@@ -1,4 +1,5 @@
-"""Shared fixtures: the real data in ../shared/data and one local Ray cluster per test session."""
+"""Shared fixtures: the real data (``$NMT_TEST_DATA``, by default ../shared/data) and one local
+Ray cluster per test session.  Plain helpers shared by the tests are in helpers.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+# the real corpora the tests read in place (README, "Data used by the tests")
+TEST_DATA_VARIABLE = "NMT_TEST_DATA"
+SHARED_DATA = Path(os.environ.get(TEST_DATA_VARIABLE) or ROOT.parent / "shared" / "data").expanduser().absolute()
 TANAKA = SHARED_DATA / "tanaka-enja"
 UD_SAMPLES = SHARED_DATA / "ud-samples"
 
@@ -28,7 +33,8 @@ def require_shared_data(path: Path) -> Path:
     """The shared data file, or a failure under CI (CI=true) / a skip on a laptop without it."""
     if path.exists():
         return path
-    message = f"shared data missing: {path} (see README, 'Data used by the tests')"
+    message = (f"shared data missing: {path} (set {TEST_DATA_VARIABLE} to the test data directory, by default "
+               f"../shared/data beside the checkout; see README, 'Data used by the tests')")
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)
@@ -245,11 +251,7 @@ class MotoServer:
     """A real S3-compatible endpoint (moto's standalone server) on 127.0.0.1."""
 
     def __init__(self):
-        import socket
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port, self.process = probe.getsockname()[1], None
+        self.port, self.process = free_port(), None
 
     @property
     def endpoint(self) -> str:

@@ -14,18 +14,18 @@ import sys
 import torch
 import torch.distributed as dist
 
+from helpers import smoke_dims
 from platform.data import dataset as ds
 from platform.training.config import load_train_config
 from platform.training.context import Context
 from platform.training.step import Diverged, build_training, train_step
 
 GLOBAL_BATCHES = [list(range(0, 24)), list(range(24, 40))]
-TRANSFORMER = {"num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64, "dropout": 0.0}
-MODEL_SETTINGS = {
-    "dbsa": {**TRANSFORMER, "p_enc": 1, "p_dec": 2},
-    "tree2seq": {"d_embed": 32, "d_hidden": 32, "dropout": 0.0},
-    "hier_tree_gru": {"d_embed": 32, "d_hidden": 32, "dropout": 0.0},
-    "gumbel_tree": {"d_embed": 32, "d_hidden": 32, "dropout": 0.0},
+MODEL_SETTINGS = {  # the smoke size without dropout: an update depends on its examples, not on a rank's draws
+    "dbsa": smoke_dims("dbsa", dropout=0.0, p_enc=1, p_dec=2),
+    "tree2seq": smoke_dims("tree2seq", dropout=0.0),
+    "hier_tree_gru": smoke_dims("hier_tree_gru", dropout=0.0),
+    "gumbel_tree": smoke_dims("gumbel_tree", dropout=0.0),
 }
 
 

@@ -1,4 +1,4 @@
-"""Layout rules (DESIGN.md §2, README Layout): ``models/`` is pure PyTorch; commands are thin and no
+"""Layout rules (docs/architecture.md): ``models/`` is pure PyTorch; commands are thin and no
 command imports another; every model row of the table has what the platform derives from it."""
 
 import ast

@@ -9,7 +9,6 @@ import pickle
 import random
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import pytest
 import torch
 
 from conftest import ROOT, MlflowServer, run_module
+from helpers import free_port, tiny_config
 from platform import config as config_io
 from platform.errors import ConfigError
 from platform.data.dataset import PreparedDataset as Dataset
@@ -27,13 +27,11 @@ from platform.training.checkpoint import IncompatibleCheckpoint, load_checkpoint
 from platform.training.config import load_train_config
 from platform.training.context import Context
 
-TINY = {"name": "transformer", "num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 32, "num_heads": 4,
-        "d_ff": 64}
-
 
 def tiny(**model):
-    return load_train_config({"model": {**TINY, **model}, "max_epochs": 1, "max_steps_per_epoch": 2,
-                              "eval": {"max_sentences": 4}, "batching": {"max_tokens": 600}})
+    """A transformer of the smoke size with 1+1 layers: 1 epoch of 2 updates."""
+    return tiny_config("transformer", model={"num_encoder_layers": 1, "num_decoder_layers": 1, **model}, max_epochs=1,
+                       max_steps_per_epoch=2, eval={"max_sentences": 4})
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -163,12 +161,6 @@ def test_a_full_disk_during_prepare_is_a_one_line_error_and_leaves_nothing(tmp_p
     line = one_line_error(result)
     assert line.startswith(f"error: {tmp_path}/.dataset.") and line.endswith(": File too large")  # names the file
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no dataset, no temp directory
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.parametrize("command", [["platform.train", "--model", "transformer"], ["platform.tune", "--space", "dbsa"]])

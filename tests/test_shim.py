@@ -1,4 +1,4 @@
-"""``platform`` is this project's package and still the standard-library module (DESIGN.md §2)."""
+"""``platform`` is this project's package and still the standard-library module (docs/architecture.md)."""
 
 import pickle
 

@@ -10,19 +10,13 @@ from pathlib import Path
 import mlflow.pytorch
 import pytest
 import torch
-from mlflow.tracking import MlflowClient
 
 from conftest import ROOT, SECRET, run_module, sacrebleu_scores, wait_for
+from helpers import runs_of
 from models import MODELS
 from platform import train
 
 pytestmark = pytest.mark.slow
-
-
-def runs_of(uri, experiment):
-    client = MlflowClient(uri)
-    found = client.get_experiment_by_name(experiment)
-    return client, (client.search_runs([found.experiment_id]) if found else [])
 
 
 def smoke_args(dataset, tmp_path, experiment, *extra):

@@ -9,22 +9,16 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import ROOT
+from helpers import free_port, runs_of, sweep_args
 from platform import tune
 
 pytestmark = pytest.mark.slow
 
 
-def sweep_args(dataset, tmp_path, *extra):
-    return ["--space", "dbsa", "--smoke", "--data", str(dataset), "--experiment", "sweep",
-            "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage-path", str(tmp_path / "runs"), *extra]
-
-
 def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cluster, demo_dataset, tmp_path, capsys):
     assert tune.main(sweep_args(demo_dataset, tmp_path, "--name", "s1")) == 0
     table = capsys.readouterr().out
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    experiment = client.get_experiment_by_name("sweep")
-    runs = client.search_runs([experiment.experiment_id])
+    client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "sweep")
     parents = [r for r in runs if r.data.tags.get("sweep_parent") == "s1"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
@@ -88,7 +82,7 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     from platform.errors import UserError
     with pytest.raises(UserError, match="a sweep named 's1' exists .* add --resume"):
         tune.main(sweep_args(demo_dataset, tmp_path, "--name", "s1"))
-    assert len(client.search_runs([experiment.experiment_id])) == len(runs)
+    assert len(runs_of(f"sqlite:///{tmp_path}/mlflow.db", "sweep")[1]) == len(runs)
     # and every run records the driver's commit (a trial runs in Ray's copy, which has no .git)
     assert {c.data.params["git_commit"] for c in children} == {parents[0].data.params["git_commit"]} != {"unknown"}
 
@@ -99,11 +93,8 @@ TWO_NODES = textwrap.dedent("""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     import ray
     from ray.cluster_utils import Cluster
-    import socket
-    with socket.socket() as probe:  # its own dashboard: the state API must not reach another cluster's
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "dashboard_port": port}})
+    # its own dashboard port: the state API must not reach another cluster's
+    cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "dashboard_port": {port}}})
     cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, runtime_env={{"working_dir": {root!r}, "excludes": [".git", "data", "runs", "*.db"]}})
@@ -119,11 +110,10 @@ TWO_NODES = textwrap.dedent("""
 
 def test_a_sweep_uses_both_nodes_of_a_two_node_cluster(demo_dataset, tmp_path):
     script = tmp_path / "two_nodes.py"
-    script.write_text(TWO_NODES.format(root=str(ROOT), data=str(demo_dataset), tmp=str(tmp_path)))
+    script.write_text(TWO_NODES.format(root=str(ROOT), data=str(demo_dataset), tmp=str(tmp_path), port=free_port()))
     result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    runs = client.search_runs([client.get_experiment_by_name("two-nodes").experiment_id])
+    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "two-nodes")
     nodes = {r.data.tags["node_id"] for r in runs if "node_id" in r.data.tags}
     assert len(nodes) == 2  # each node fits one 1.5-CPU trainer worker: trials ran on both
 

@@ -65,7 +65,7 @@ def config_from_checkpoint(state: dict) -> TrainConfig:
     version = state.get("format_version", 1)
     if version < CHECKPOINT_FORMAT and config.model.name in CHANGED_IN_FORMAT_2:
         raise IncompatibleCheckpoint(f"checkpoint format {version} of a {config.model.name} model predates the "
-                                     "paper-fidelity fixes (README, Models), which change what its weights compute; "
+                                     "paper-fidelity fixes (docs/models.md), which change what its weights compute; "
                                      "train it again")
     return config
 

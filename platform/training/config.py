@@ -113,7 +113,7 @@ SIZES = {
     },
 }
 # The rest of a run's defaults per size.  CPU: small batches and a short warm-up, so the demo
-# corpus gets ~250 updates per epoch.
+# corpus gets a few hundred updates per epoch.
 RUN_PRESETS = {
     "cpu": {"max_epochs": 3, "batching": {"max_tokens": 1500}, "optim": {"lr": 2e-3, "warmup_steps": 100}},
     "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},

@@ -143,7 +143,7 @@ def resolve_layers(model: dict[str, Any], defaults: dict[str, int]) -> dict[str,
 
 
 def describe() -> str:
-    """The recipe table for ``--help`` and README."""
+    """The recipe table for ``--help`` and docs/models.md."""
     lines = []
     for name, recipe in RECIPES.items():
         default = " (default for --model %s)" % recipe.model if DEFAULT_RECIPE.get(recipe.model) == name else ""

@@ -8,6 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import run_module
+from helpers import assert_full_binary_tree
 from platform.data import dataset as ds
 from platform.data.conllu import read_conllu
 from platform.data.subwords import UNK_ID, SubwordModel
@@ -68,14 +69,6 @@ def check_side(row, side, word_heads, model, words, parents=None):
         assert model.decode(pieces) == form or UNK_ID in pieces
 
 
-def check_full_binary_tree(parent, n):
-    parent = np.asarray(parent)
-    assert len(parent) == 2 * n - 1 and parent[-1] == -1 and np.sum(parent == -1) == 1
-    children = np.bincount(parent[parent >= 0], minlength=2 * n - 1)
-    assert np.all(children[:n] == 0) and np.all(children[n:] == 2)
-    assert np.all(parent[:-1] > np.arange(2 * n - 2))
-
-
 @pytest.mark.parametrize("split", ["train", "dev"])
 def test_every_row_is_a_valid_subword_tree(tanaka_dataset, tanaka, split):
     table = pq.read_table(tanaka_dataset / f"{split}.parquet").to_pylist()
@@ -87,7 +80,7 @@ def test_every_row_is_a_valid_subword_tree(tanaka_dataset, tanaka, split):
     for row, src, tgt in list(zip(table, ja, en))[::stride]:
         check_side(row, "src", src.heads, models["src"], src.words)
         check_side(row, "tgt", tgt.heads, models["tgt"], tgt.words)
-        check_full_binary_tree(row["src_tree_parent"], len(row["src_ids"]))
+        assert_full_binary_tree(row["src_tree_parent"], len(row["src_ids"]))
         assert row["src_text"] == src.text and row["tgt_text"] == tgt.text
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from platform.data import dataset as ds
 from platform.data import storage
+from platform.data.encode import resolve_dataset
 from platform.errors import UserError
 
 
@@ -93,9 +94,9 @@ def test_a_dataset_published_to_s3_reads_like_the_local_one_and_an_unfinished_on
     storage.publish(demo_dataset, "s3://data/demo")
     assert ds.read_meta("s3://data/demo") == ds.read_meta(demo_dataset)
     assert ds.read_subword_model("s3://data/demo", "tgt") == ds.read_subword_model(demo_dataset, "tgt")
-    assert ds.resolve_dataset("s3://data/demo") == "s3://data/demo"
-    lines = list(ds.open_text_lines(ds.conllu_path("s3://data/demo/conllu/test", "sov")))
-    assert lines == list(ds.open_text_lines(ds.conllu_path(demo_dataset / "conllu" / "test", "sov")))
+    assert resolve_dataset("s3://data/demo") == "s3://data/demo"
+    lines = list(storage.open_text_lines(storage.conllu_path("s3://data/demo/conllu/test", "sov")))
+    assert lines == list(storage.open_text_lines(storage.conllu_path(demo_dataset / "conllu" / "test", "sov")))
     with pytest.raises(UserError, match="already exists; pass --overwrite"):
         storage.publish(demo_dataset, "s3://data/demo")
     fs, path = pyarrow.fs.FileSystem.from_uri("s3://data/demo/COMMITTED")
@@ -116,7 +117,7 @@ def test_a_uris_own_options_reach_every_file_of_the_dataset(s3_server, demo_data
     uri = f"s3://data/options?endpoint_override=127.0.0.1:{s3_server.port}&scheme=http&region=us-east-1"
     storage.publish(demo_dataset, uri)
     assert str(storage.locate(uri)) == "s3://data/options"
-    assert ds.resolve_dataset(uri) == uri  # what the workers are handed: still with its options
+    assert resolve_dataset(uri) == uri  # what the workers are handed: still with its options
     assert ds.read_meta(uri) == ds.read_meta(demo_dataset)
     assert len(ds.read_examples(uri, "dev")) == len(ds.read_examples(demo_dataset, "dev"))
     assert ds.read_subword_model(uri, "src") == ds.read_subword_model(demo_dataset, "src")

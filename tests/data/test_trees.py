@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from helpers import assert_full_binary_tree
 from platform.data.trees import binary_tree, depths, project_heads, word_depths
 
 # "My father bought a red car ." (Omote et al. 2019, Table 1), word heads 0-based, root -1
@@ -99,18 +100,6 @@ def random_tree(rng, num_words):
     for position, word in enumerate(order[1:], start=1):
         heads[word] = order[rng.randrange(position)]
     return heads
-
-
-def assert_full_binary_tree(parent, n):
-    assert len(parent) == 2 * n - 1
-    assert parent.count(-1) == 1 and parent[-1] == -1  # the root is node 2n-2
-    counts = [0] * len(parent)
-    for node, p in enumerate(parent):
-        if p != -1:
-            assert p >= n and p > node  # parents are phrase nodes created after their children
-            counts[p] += 1
-    assert counts[:n] == [0] * n
-    assert counts[n:] == [2] * (n - 1)
 
 
 @pytest.mark.parametrize("seed", range(20))

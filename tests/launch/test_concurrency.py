@@ -3,7 +3,7 @@
 import pytest
 
 from platform.errors import UserError
-from platform.launch.sweep import max_concurrent_trials
+from platform.launch.cluster import max_concurrent_trials
 
 
 def test_a_local_cluster_runs_what_fits_and_refuses_what_never_can(ray_cluster):

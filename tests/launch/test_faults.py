@@ -14,21 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from conftest import ROOT, wait_for
+from helpers import runs_of, sweep_args
 from platform import train, tune
-from platform.launch import sweep
 from platform.launch.cluster import cluster_records
-from platform.launch.spaces import load_space
+from platform.launch.searcher import rungs, saved_state
 
 pytestmark = pytest.mark.slow
-
-
-def runs_of(uri: str, experiment: str):
-    client = MlflowClient(uri)
-    found = client.get_experiment_by_name(experiment)
-    return client, (client.search_runs([found.experiment_id], max_results=1000) if found else [])
 
 
 def alive_train_workers() -> list[int]:
@@ -104,24 +97,17 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
     assert epochs == [1, 2, 3]  # metrics continue: no gap, no second run
 
 
-def sweep_args(dataset: Path, tmp_path: Path, experiment: str, *extra: str) -> list[str]:
-    return ["--smoke", "--data", str(dataset), "--experiment", experiment, "--tracking-uri",
-            f"sqlite:///{tmp_path}/mlflow.db", "--storage-path", str(tmp_path / "runs"), *extra]
-
-
-def optuna_trial_states(space_name: str, sweep_path: Path, max_epochs: int) -> list[str]:
+def optuna_trial_states(sweep_path: Path) -> list[str]:
     """The Optuna study as the sweep's searcher saved it in the experiment directory."""
-    base = sweep.base_config(space_name, "smoke", [], max_epochs)
-    searcher = sweep.make_searcher(load_space(space_name, base), seed=1, max_iterations=max_epochs)
-    searcher.restore_from_dir(str(sweep_path))
-    return [trial.state.name for trial in searcher._ot_study.trials]
+    study, _ = saved_state(str(sweep_path))
+    return [trial.state.name for trial in study.trials]
 
 
 def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     address = ray_cluster.get_runtime_context().gcs_address
-    args = sweep_args(demo_dataset, tmp_path, "kill-driver", "--space", "dbsa", "--name", "k1", "--num-samples", "3",
-                      "--max-epochs", "3", "--max-concurrent", "2")
+    args = sweep_args(demo_dataset, tmp_path, "--name", "k1", "--num-samples", "3", "--max-epochs", "3",
+                      "--max-concurrent", "2", experiment="kill-driver")
     env = {**os.environ, "RAY_ADDRESS": ""}
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address", address], cwd=ROOT,
@@ -151,7 +137,7 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     assert len(children) == 3 and len(set(trial_ids)) == 3  # one run per trial, none duplicated by the resume
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert all(c.info.status == "FINISHED" for c in children), [(c.data.tags["trial_id"], c.info.status) for c in children]
-    states = optuna_trial_states("dbsa", tmp_path / "runs" / "k1", 3)
+    states = optuna_trial_states(tmp_path / "runs" / "k1")
     assert len(states) == 3 and set(states) <= {"COMPLETE", "PRUNED"}  # the study kept its history
     import optuna  # and the saved copy is the whole study, trials of both sessions
 
@@ -159,21 +145,10 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     assert [t.state.name for t in saved.trials] == states
 
 
-def saved_rungs(space_name: str, sweep_path: Path, max_epochs: int) -> dict[int, set[str]]:
+def saved_rungs(sweep_path: Path) -> dict[int, set[str]]:
     """ASHA's rungs as the sweep saved them with its searcher: {milestone epoch: trial ids}."""
-    base = sweep.base_config(space_name, "smoke", [], max_epochs)
-    scheduler = sweep_asha(max_epochs)
-    searcher = sweep.make_searcher(load_space(space_name, base), seed=1, max_iterations=max_epochs, scheduler=scheduler)
-    searcher.restore_from_dir(str(sweep_path))
-    return {int(milestone): set(recorded) for milestone, recorded in scheduler._brackets[0]._rungs}
-
-
-def sweep_asha(max_epochs: int):
-    from ray.tune.schedulers import ASHAScheduler
-
-    scheduler = ASHAScheduler(time_attr="training_iteration", max_t=max_epochs, grace_period=1, reduction_factor=2)
-    scheduler.set_search_properties("dev_bleu", "max")
-    return scheduler
+    _, scheduler = saved_state(str(sweep_path))
+    return rungs(scheduler)
 
 
 def test_ashas_rungs_survive_an_interrupted_sweeps_resume(ray_cluster, demo_dataset, tmp_path):
@@ -183,8 +158,8 @@ def test_ashas_rungs_survive_an_interrupted_sweeps_resume(ray_cluster, demo_data
     forgets them (ray#30838): the resumed trials continue from their epoch-1 checkpoints and
     never report epoch 1 again."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = sweep_args(demo_dataset, tmp_path, "asha-resume", "--space", "dbsa", "--name", "a1", "--num-samples", "4",
-                      "--max-epochs", "3", "--max-concurrent", "2")
+    args = sweep_args(demo_dataset, tmp_path, "--name", "a1", "--num-samples", "4", "--max-epochs", "3",
+                      "--max-concurrent", "2", experiment="asha-resume")
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address",
                                ray_cluster.get_runtime_context().gcs_address], cwd=ROOT, stdout=log,
@@ -207,7 +182,7 @@ def test_ashas_rungs_survive_an_interrupted_sweeps_resume(ray_cluster, demo_data
             driver.wait(timeout=60)
         log.close()
     assert tune.main(args + ["--resume"]) == 0, (tmp_path / "driver.log").read_text()[-3000:]
-    rungs = saved_rungs("dbsa", tmp_path / "runs" / "a1", 3)
+    rungs = saved_rungs(tmp_path / "runs" / "a1")
     assert recorded_before <= rungs[1], (recorded_before, rungs)
     assert len(rungs[1]) == 4  # every trial of both sessions was compared at the first rung
     # nothing of either session holds CPUs: what the Ctrl-C'd session's teardown left reserved
@@ -236,8 +211,9 @@ def test_twelve_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_c
     space = tmp_path / "load.yaml"
     space.write_text(LOAD_SPACE)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = sweep_args(demo_dataset, tmp_path, "load", "--space", str(space), "--name", "load", "--num-samples", "12",
-                      "--max-concurrent", "2", "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8")
+    args = sweep_args(demo_dataset, tmp_path, "--name", "load", "--num-samples", "12", "--max-concurrent", "2",
+                      "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8", experiment="load",
+                      space=str(space))
     assert tune.main(args) == 0  # the diverging trial does not stop the sweep
     client, runs = runs_of(uri, "load")
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
@@ -252,7 +228,7 @@ def test_twelve_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_c
         assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
         assert re.fullmatch(r"diverged at epoch 1, step \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)", run.data.tags["diverged"])
     assert all(r.info.status == "FINISHED" for r in healthy)
-    states = optuna_trial_states(str(space), tmp_path / "runs" / "load", 2)
+    states = optuna_trial_states(tmp_path / "runs" / "load")
     assert states.count("FAIL") == len(diverged) and len(states) == 12
     pruned = [r for r in healthy if r.data.tags.get("pruned") == "true"]
     assert len(pruned) == states.count("PRUNED")  # pruned in Optuna ⇔ pruned=true in MLflow

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,17 +23,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import MotoServer, require_module
+from conftest import ROOT, MotoServer, require_module
+from helpers import free_port, runs_of
 
-ROOT = Path(__file__).resolve().parents[2]
 BUCKET = "nmt"
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def hidden_node_script(hide: list[Path], keep: Path, address: str, num_cpus: int, read_only: Path | None = None) -> str:
@@ -151,11 +144,6 @@ def cli(cluster, module: str, *args: str, cwd: Path, timeout: int = 600) -> subp
     env = {**cluster["env"], "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", f"platform.{module}", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
-
-
-def runs_of(tracking_uri: str, experiment: str):
-    client = MlflowClient(tracking_uri)
-    return client, client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
 
 
 def test_the_worker_node_cannot_see_the_checkout_or_the_working_directories(cluster):

@@ -4,6 +4,7 @@ gumbel_tree (Currey & Heafield 2018)."""
 import pytest
 import torch
 
+from helpers import assert_full_binary_tree
 from model_helpers import random_target, select, tiny_rnn, tree_source
 from models import build_model, default_config
 from models.gumbel import segment_cumsum, segment_st_gumbel
@@ -115,18 +116,6 @@ def test_gumbel_gradients_reach_query_and_composition_and_eval_is_deterministic(
     first, second = encoder.induced_trees(src), encoder.induced_trees(src)
     assert torch.equal(first, second)
     torch.testing.assert_close(model(src, random_target(3, 4)).logits, model(src, random_target(3, 4)).logits)
-
-
-def assert_full_binary_tree(parent, n, width):
-    nodes = list(range(n)) + list(range(width, width + n - 1))
-    children = {node: 0 for node in nodes}
-    roots = [node for node in nodes if parent[node] == -1]
-    assert roots == [width + n - 2 if n > 1 else 0]
-    for node in nodes:
-        if parent[node] != -1:
-            assert parent[node] in children and parent[node] >= width and parent[node] > node
-            children[parent[node]] += 1
-    assert all(children[node] == (2 if node >= width else 0) for node in nodes)
 
 
 @pytest.mark.parametrize("training", [True, False])

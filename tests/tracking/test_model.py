@@ -8,23 +8,21 @@ import torch
 from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 
+from helpers import tiny_config
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.tracking import model as mlflow_model
+from platform.tracking.artifacts import files_of
 from platform.tracking import runs
 from platform.tracking.logger import RunLogger
 from platform.training.checkpoint import checkpoint_state, save_checkpoint
-from platform.training.config import load_train_config
 from platform.training.context import Context
 from platform.training.step import build_training
-
-TINY = {"name": "dbsa", "num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64,
-        "dropout": 0.1, "p_enc": 1, "p_dec": 2}
 
 
 @pytest.fixture()
 def checkpoint(demo_dataset, tmp_path):
-    config = load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600}})
+    config = tiny_config()
     dataset = PreparedDataset.open(demo_dataset)
     torch.manual_seed(3)
     model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
@@ -76,7 +74,7 @@ def test_a_retried_model_log_finishes_the_same_model(checkpoint, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     run_id = runs.start_run(uri, "models", "r", {}, {}, "")
     params = mlflow_model.save(path, tmp_path / "m")
-    files, created = mlflow_model.files_of(tmp_path / "m"), {}
+    files, created = files_of(tmp_path / "m"), {}
 
     class Flaky(MlflowClient):
         failures = 1

@@ -3,19 +3,12 @@
 import pytest
 import torch
 
+from helpers import tiny_config
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.checkpoint import checkpoint_state, load_checkpoint, restore, save_checkpoint
-from platform.training.config import load_train_config
 from platform.training.context import Context
 from platform.training.step import build_training, train_step
-
-TINY = {"name": "dbsa", "num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64,
-        "dropout": 0.1, "p_enc": 1, "p_dec": 2}
-
-
-def tiny_config(**extra):
-    return load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600}, "optim": {"warmup_steps": 5}, **extra})
 
 
 def test_checkpoint_round_trip_gives_the_identical_next_step(demo_dataset, tmp_path):

@@ -6,7 +6,6 @@ import torch
 
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.launch.spaces import load_space
-from platform.launch.sweep import base_config
 from platform.training.config import load_train_config
 from platform.training.context import Context, seed_everything
 from platform.training.loop import LocalHooks, fit
@@ -16,9 +15,8 @@ FLOOR = 10.0  # dev BLEU; the seeded run below reaches about 30 (a model that le
 
 def test_the_quickstart_sweep_setting_learns_the_demo_within_300_updates(demo_dataset, tmp_path):
     # the session's demo dataset has 2,000 pairs: 18 updates of 1,500 tokens per epoch
-    base = base_config("dbsa", "sweep", ["eval.max_sentences=100"], max_epochs=16)
-    space = load_space("dbsa", base)
-    config = load_train_config(space.trial_config(base, space.first_points()[0]))
+    space = load_space("dbsa", "sweep", ["eval.max_sentences=100"], max_epochs=16)
+    config = load_train_config(space.trial_config(space.first_points()[0]))
     assert config.model.p_enc == 1 and config.optim.lr == 2e-3  # the paper's layer 4/6 of 2, the space's first lr
     seed_everything(config.seed)
     torch.set_num_threads(2)

@@ -1,14 +1,9 @@
 """The epoch loop (``fit``): epochs, metrics, resuming, early stopping."""
 
-
-
+from helpers import tiny_config
 from platform.data.dataset import PreparedDataset as Dataset
-from platform.training.loop import LocalHooks, fit
-from platform.training.config import load_train_config
 from platform.training.context import Context
-
-TINY = {"name": "dbsa", "num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64,
-        "dropout": 0.1, "p_enc": 1, "p_dec": 2}
+from platform.training.loop import LocalHooks, fit
 
 
 class FinalHooks(LocalHooks):
@@ -21,10 +16,6 @@ class FinalHooks(LocalHooks):
     def report(self, metrics, state, evaluation, is_best, final=False):
         self.finals.append(final)
         super().report(metrics, state, evaluation, is_best, final)
-
-
-def tiny_config(**extra):
-    return load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600}, "optim": {"warmup_steps": 5}, **extra})
 
 
 def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
@@ -60,9 +51,8 @@ def test_an_update_accumulates_update_freq_batches(demo_dataset, tmp_path):
     dataset = Dataset.open(demo_dataset)
     single = fit(tiny_config(max_epochs=1, max_steps_per_epoch=4, eval={"max_sentences": 5}), dataset, Context(),
                  LocalHooks(tmp_path / "single"), log=lambda line: None)[-1]
-    config = load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600, "global_tokens": 1200},
-                                "optim": {"warmup_steps": 5}, "max_epochs": 1, "max_steps_per_epoch": 4,
-                                "eval": {"max_sentences": 5}})
+    config = tiny_config(batching={"global_tokens": 1200}, max_epochs=1, max_steps_per_epoch=4,
+                         eval={"max_sentences": 5})
     accumulated = fit(config, dataset, Context(), LocalHooks(tmp_path / "accumulated"), log=lambda line: None)[-1]
     assert single["update_freq"] == 1 and accumulated["update_freq"] == 2
     assert accumulated["step"] == single["step"] == 4  # max_steps_per_epoch counts updates

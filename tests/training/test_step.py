@@ -9,18 +9,11 @@ import torch
 
 from conftest import ROOT
 from ddp_step import config_of
+from helpers import tiny_config
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
-from platform.training.config import load_train_config
 from platform.training.context import Context
 from platform.training.step import build_training, inverse_sqrt_schedule, train_step
-
-TINY = {"name": "dbsa", "num_encoder_layers": 2, "num_decoder_layers": 2, "d_model": 32, "num_heads": 4, "d_ff": 64,
-        "dropout": 0.1, "p_enc": 1, "p_dec": 2}
-
-
-def tiny_config(**extra):
-    return load_train_config({"model": dict(TINY), "batching": {"max_tokens": 600}, "optim": {"warmup_steps": 5}, **extra})
 
 
 def launch(demo_dataset, tmp_path, world: int, *extra: str) -> list:
