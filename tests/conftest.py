@@ -86,6 +86,15 @@ def _release_relays():
     release_relays()
 
 
+def pytest_collection_modifyitems(items):
+    """Every test that uses the session's Ray cluster is ``slow``: ``pytest -m "not slow"`` is
+    the fast subset that starts no Ray (tests that start Ray or train otherwise carry the marker
+    themselves)."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One real local Ray cluster for the whole test session (4 logical CPUs on 2 cores).

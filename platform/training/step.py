@@ -1,7 +1,7 @@
 """One optimizer update: Adam with the inverse-square-root schedule, the loss of
 ``platform.training.loss``, gradient clipping, bf16 autocast on GPU (docs/architecture.md).
 
-Imports torch and ``models/`` only, so ``platform.bench`` times exactly this step.
+Imports torch, ``models/`` and the configs only, so ``platform.bench`` times exactly this step.
 """
 
 from __future__ import annotations

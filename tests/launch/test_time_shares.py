@@ -46,15 +46,3 @@ def test_slots_that_stay_busy_to_the_end_have_no_idle_time():
     shares = time_shares(results, launched_at=1000.0, wall_s=52.0, slots=2, ended_at=1052.0)
     assert shares["time_share_idle"] == pytest.approx(0.0, abs=0.02)
     assert "of the slots' time with a trial" not in time_line(shares, 2)
-
-
-def test_each_slot_second_is_counted_once():
-    """A trial column that is not a share of the slots' time (here a stray ``lent_steps_s`` of
-    an older run) moves nothing: the shares still add up to the slots' time."""
-    results = [trial(1000.0, 4), trial(1000.0, 1), trial(1031.0, 1)]
-    results[0].metrics_dataframe["lent_steps_s"] = [None, None, 10.0, 20.0]
-    ended = 1094.0
-    shares = time_shares(results, launched_at=990.0, wall_s=ended - 1000.0, slots=2, ended_at=ended)
-    assert shares["time_share_steps"] == pytest.approx(6 * 20.0 / (2 * 94.0))
-    assert sum(v for k, v in shares.items() if k.startswith("time_share_")) == pytest.approx(1.0)
-    assert not any("lent" in key for key in shares)

@@ -2,6 +2,7 @@
 parse-head setting at the sweep size) trained for a few hundred steps, with a low floor that
 catches "learns nothing" (a broken loss, mask, schedule or demo generator), no timing."""
 
+import pytest
 import torch
 
 from platform.data.dataset import PreparedDataset as Dataset
@@ -9,6 +10,8 @@ from platform.launch.spaces import load_space
 from platform.training.config import load_train_config
 from platform.training.context import Context, seed_everything
 from platform.training.loop import LocalHooks, fit
+
+pytestmark = pytest.mark.slow  # a few hundred updates
 
 FLOOR = 10.0  # dev BLEU; the seeded run below reaches about 30 (a model that learns nothing: < 1)
 
