@@ -73,7 +73,7 @@ class GumbelTreeEncoder(nn.Module):
         self.cell = BinaryTreeLSTMCell(dim)
         self.query = nn.Parameter(torch.empty(dim).normal_(0.0, dim ** -0.5))  # q, eq. 4
         self.tau = config.gumbel_tau
-        self.top_down = TopDownGRU(dim, shared=True) if config.top_down else None
+        self.top_down = TopDownGRU(dim, shared=True, cell=config.top_down_cell) if config.top_down else None
 
     def forward(self, src: Source) -> Memory:
         states, parent = self.compose(src)

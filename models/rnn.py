@@ -38,7 +38,8 @@ class RNNConfig:
     d_embed: int = 256
     d_hidden: int = 256  # per direction of the leaf RNN; memory/decoder dim is 2× if bidirectional
     rnn_cell: Literal["gru", "lstm"] = "lstm"  # leaf encoder and decoder cell
-    num_layers: int = 1  # stacked layers of the leaf RNN and of the decoder (Currey & Heafield: 2)
+    num_layers: int = 1  # stacked layers of the decoder, and of the leaf RNN unless leaf_layers is set
+    leaf_layers: int | None = None  # layers of the leaf RNN (Currey & Heafield's tree models: 1); None: num_layers
     bidirectional: bool = True  # bidirectional leaves (Yang et al. Table 3 switch)
     attention: Literal["luong", "bahdanau"] = "luong"
     dropout: float = 0.2
@@ -46,6 +47,7 @@ class RNNConfig:
     tree_cell: Literal["gru", "lstm"] = "lstm"
     # hier_tree_gru (Yang et al. 2017) and gumbel_tree (Currey & Heafield 2018)
     top_down: bool = True  # the top-down pass (Table 3 switch / their §3.3)
+    top_down_cell: Literal["paper", "torch"] = "paper"  # the top-down GRU: U(r ⊙ h) (models/tree.py) or nn.GRUCell
     gate: Gate = "learned"  # hier_tree_gru: β weighting lexical vs phrase context (eq. 4)
     gumbel_tau: float = 0.5  # gumbel_tree: Gumbel-softmax temperature (paper: 0.5)
 
@@ -58,8 +60,8 @@ class RNNConfig:
         return self.d_hidden * (2 if self.bidirectional else 1)
 
     def validate(self) -> None:
-        for key in ("d_embed", "d_hidden", "num_layers"):
-            if getattr(self, key) < 1:
+        for key in ("d_embed", "d_hidden", "num_layers", "leaf_layers"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
@@ -106,8 +108,9 @@ class LeafEncoder(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, config.d_embed, padding_idx=0)
         rnn = nn.LSTM if config.rnn_cell == "lstm" else nn.GRU
-        self.rnn = rnn(config.d_embed, config.d_hidden, num_layers=config.num_layers, batch_first=True,
-                       bidirectional=config.bidirectional, dropout=config.dropout if config.num_layers > 1 else 0.0)
+        layers = config.leaf_layers or config.num_layers
+        self.rnn = rnn(config.d_embed, config.d_hidden, num_layers=layers, batch_first=True,
+                       bidirectional=config.bidirectional, dropout=config.dropout if layers > 1 else 0.0)
         self.dropout = nn.Dropout(config.dropout)
         self.bidirectional = config.bidirectional
 

@@ -136,16 +136,49 @@ class BinaryTreeLSTMCell(nn.Module):
         return torch.sigmoid(o) * torch.tanh(c), c
 
 
+class ResetGRUCell(nn.Module):
+    """The GRU as the papers write it (Cho et al. 2014; Currey & Heafield 2018 eq. 5-8), the
+    reset gate applied to the previous state *before* its matrix:
+
+        r = σ(W_r x + U_r h + b_r),  z = σ(W_z x + U_z h + b_z)                     (eq. 5-6)
+        h̃ = tanh(W_h x + U_h (r ⊙ h) + b_h)                                         (eq. 7)
+        h' = (1 − z) ⊙ h + z ⊙ h̃                                                    (eq. 8)
+
+    PyTorch's ``nn.GRUCell`` (the cuDNN form) computes r ⊙ (U_h h + b) instead.  Same
+    parameter shapes as ``nn.GRUCell``; x is the node's bottom-up state, h its parent's
+    top-down state."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.input = nn.Linear(dim, 3 * dim)  # W_r, W_z, W_h and the biases
+        self.gates = nn.Linear(dim, 2 * dim, bias=False)  # U_r, U_z
+        self.candidate = nn.Linear(dim, dim, bias=False)  # U_h
+
+    def forward(self, x: Tensor, h: Tensor) -> Tensor:
+        """x, h [N, H] → h' [N, H]."""
+        x_r, x_z, x_h = self.input(x).chunk(3, -1)
+        h_r, h_z = self.gates(h).chunk(2, -1)
+        reset, update = torch.sigmoid(x_r + h_r), torch.sigmoid(x_z + h_z)
+        candidate = torch.tanh(x_h + self.candidate(reset * h))
+        return (1.0 - update) * h + update * candidate
+
+
+def top_down_cell(dim: int, kind: str) -> nn.Module:
+    """The top-down pass's GRU: the papers' form (``"paper"``) or PyTorch's (``"torch"``)."""
+    return ResetGRUCell(dim) if kind == "paper" else nn.GRUCell(dim, dim)
+
+
 class TopDownGRU(nn.Module):
     """Top-down pass: h↓_root = h↑_root; h↓_c = GRU_side(h↑_c, h↓_parent) for each child c.
 
     Yang et al. use *different* parameters for left and right children (``shared=False``);
-    Currey & Heafield (eq. 5-8) share them (``shared=True``)."""
+    Currey & Heafield (eq. 5-8) share them (``shared=True``).  ``cell``: ``"paper"`` (eq. 7's
+    U(r ⊙ h), ``ResetGRUCell``) or ``"torch"`` (``nn.GRUCell``)."""
 
-    def __init__(self, dim: int, shared: bool):
+    def __init__(self, dim: int, shared: bool, cell: str = "paper"):
         super().__init__()
-        self.left = nn.GRUCell(dim, dim)
-        self.right = self.left if shared else nn.GRUCell(dim, dim)
+        self.left = top_down_cell(dim, cell)
+        self.right = self.left if shared else top_down_cell(dim, cell)
 
     def forward(self, up: Tensor, schedule: TreeSchedule) -> Tensor:
         """up [B, N, H] bottom-up states → top-down states [B, N, H]."""
@@ -213,7 +246,7 @@ class HierTreeGRUEncoder(nn.Module):
         super().__init__()
         self.leaves = LeafEncoder(config, vocab)
         self.cell = TreeGRUCell(config.d_memory)
-        self.top_down = TopDownGRU(config.d_memory, shared=False) if config.top_down else None
+        self.top_down = TopDownGRU(config.d_memory, shared=False, cell=config.top_down_cell) if config.top_down else None
 
     def forward(self, src: Source) -> Memory:
         leaves, _ = self.leaves(src)

@@ -4,7 +4,7 @@
     python -m platform.evaluate --checkpoint runs/.../checkpoint.pt --test corpus/test --src ja --tgt en --beam 4
 
 The test pairs are encoded with the run's own subword models and settings, decoded with beam
-search (beam 4, length penalty α 0.6 by default) and scored: ``test_bleu``, ``test_chrf``
+search (the run's recipe's decoding by default: e.g. beam 4, α 0.6 for Deguchi et al.) and scored: ``test_bleu``, ``test_chrf``
 (sacrebleu, detokenized), ``test_bleu_tok`` (tokenized, as the papers report), and for DBSA
 ``test_uas_enc`` / ``test_uas_dec`` against the set's own trees.  Hypotheses and references are
 written next to ``--out`` (``OUT.hyp``, ``OUT.ref`` detokenized; ``OUT.tok.hyp``, ``OUT.tok.ref``

@@ -32,7 +32,7 @@ from platform.training.checkpoint import (
     subword_models_from_checkpoint,
 )
 from platform.training.averaging import LAST_EPOCHS, average, epoch_files
-from platform.training.config import TrainConfig
+from platform.training.config import DecodeConfig, TrainConfig
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
 from platform.training.metrics import detokenizer, sacrebleu_commands
@@ -43,8 +43,9 @@ def add_model_arguments(parser) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
     which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (default 4; 1 = greedy)")
-    parser.add_argument("--lenpen", type=float, default=0.6, help="length penalty α of Wu et al. (default 0.6)")
+    parser.add_argument("--beam", type=int, help="beam size (default: the run's recipe's decoding; 1 = greedy)")
+    parser.add_argument("--lenpen", type=float,
+                        help="length penalty α of Wu et al. (default: the run's recipe's; 0 = none)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--average-last", type=int, metavar="N",
@@ -157,13 +158,23 @@ class Trained:
         table, _ = encode_corpus(corpus, (self.src_model, self.tgt_model), self.prepare, filter_long=False, progress=False)
         return ParquetExamples(table, name=str(prefix))
 
-    def score(self, prefix: str, beam: int, alpha: float, device: str = "cpu",
+    def decoding(self, beam: int | None = None, alpha: float | None = None) -> DecodeConfig:
+        """How this model decodes: its run's recipe's decoding (``config.decode``), with ``beam``
+        and ``alpha`` where given."""
+        decode = self.config.decode
+        return dataclasses.replace(decode, beam=decode.beam if beam is None else beam,
+                                   alpha=decode.alpha if alpha is None else alpha)
+
+    def score(self, prefix: str, beam: int | None = None, alpha: float | None = None, device: str = "cpu",
               metric_prefix: str = "test") -> tuple[Evaluation, list[str]]:
-        """Decode and score a CoNLL-U pair set: test_bleu, test_chrf, test_bleu_tok, parse UAS
-        (``metric_prefix`` instead of ``test``); returns the evaluation and the (tokenized) references."""
+        """Decode (``decoding``) and score a CoNLL-U pair set: test_bleu, test_chrf, test_bleu_tok,
+        parse UAS (``metric_prefix`` instead of ``test``); returns the evaluation and the
+        (tokenized) references."""
         examples = self.encode_pairs(prefix)
+        decode = self.decoding(beam, alpha)
         config = dataclasses.replace(self.config, eval=dataclasses.replace(
-            self.config.eval, beam=beam, alpha=alpha, max_sentences=None))
+            self.config.eval, beam=decode.beam, alpha=decode.alpha, max_len_a=decode.max_len_a,
+            max_len_b=decode.max_len_b, max_sentences=None))
         result = evaluate(self.model, examples, config, self.tgt_model, self.tgt_lang,
                           Context(device=torch.device(device)), prefix=metric_prefix)
         return result, list(examples.texts["tgt_text"])
@@ -181,20 +192,23 @@ class Trained:
                       tree_parent=pad_tree_parents([r["src_tree_parent"] for r in rows], int(lengths.max())))
 
     @torch.no_grad()
-    def translate(self, src: Source, beam: int, alpha: float) -> list[str]:
-        """Tokenized translations (words separated by spaces)."""
-        hypotheses = best_hypotheses(self.model, src, beam=beam, alpha=alpha, max_len_a=self.config.eval.max_len_a,
-                                     max_len_b=self.config.eval.max_len_b)
+    def translate(self, src: Source, beam: int | None = None, alpha: float | None = None) -> list[str]:
+        """Tokenized translations (words separated by spaces), decoded as ``decoding`` says."""
+        decode = self.decoding(beam, alpha)
+        hypotheses = best_hypotheses(self.model, src, beam=decode.beam, alpha=decode.alpha,
+                                     max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
         return [self.tgt_model.decode(h.tokens) for h in hypotheses]
 
     @torch.no_grad()
-    def translate_nbest(self, src: Source, beam: int, alpha: float, nbest: int) -> list[list[tuple[str, float, float]]]:
+    def translate_nbest(self, src: Source, beam: int | None, alpha: float | None,
+                        nbest: int) -> list[list[tuple[str, float, float]]]:
         """Each sentence's ``nbest`` best translations (needs ``nbest ≤ beam``), best first, as
         (tokenized text, score with the length penalty, log P(Y|X) with EOS)."""
-        if not 1 <= nbest <= beam:
+        decode = self.decoding(beam, alpha)
+        if not 1 <= nbest <= decode.beam:
             raise ValueError(f"nbest {nbest} needs beam ≥ {nbest}")
-        found = beam_search(self.model, src, beam=beam, alpha=alpha, max_len_a=self.config.eval.max_len_a,
-                            max_len_b=self.config.eval.max_len_b)
+        found = beam_search(self.model, src, beam=decode.beam, alpha=decode.alpha, max_len_a=decode.max_len_a,
+                            max_len_b=decode.max_len_b)
         return [[(self.tgt_model.decode(h.tokens), h.score, h.log_prob) for h in hypotheses[:nbest]]
                 for hypotheses in found]
 

@@ -73,8 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if trained.needs_trees and not args.conllu:
         raise UserError(f"{trained.config.model.name} reads source trees: give CoNLL-U on stdin with --conllu "
                         "(python -m platform.parse makes it from raw text)")
-    if args.nbest is not None and not 1 <= args.nbest <= args.beam:
-        raise UserError(f"--nbest {args.nbest} needs --beam ≥ {args.nbest} (beam search keeps --beam hypotheses)")
+    beam = trained.decoding(args.beam).beam
+    if args.nbest is not None and not 1 <= args.nbest <= beam:
+        raise UserError(f"--nbest {args.nbest} needs --beam ≥ {args.nbest} (beam search keeps --beam hypotheses; "
+                        f"this run decodes with beam {beam})")
     sentences = read_input(args.conllu)
     detok = (lambda text: text) if args.tokenized else detokenizer(trained.tgt_lang)
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths per batch

@@ -6,12 +6,14 @@ column), so a batch is gathered with a few slices.  ``ShardedBatches`` decides t
 1. per epoch, a generator seeded by ``(seed, epoch)`` shuffles the examples, and a stable sort
    by length groups similar lengths (ties stay shuffled);
 2. consecutive examples are packed while ``num_sentences × (longest + 1)`` stays within
-   ``max_tokens`` (the +1 is the BOS/EOS a model adds); an example longer than the budget
-   gets a batch of its own;
+   ``max_tokens`` (the +1 is the BOS/EOS a model adds) and, where set, the batch has at most
+   ``max_sentences`` (papers that count their batches in sentences); an example longer than
+   the budget gets a batch of its own;
 3. the batch order is shuffled; if the number of batches is not a multiple of the world size,
    the batches with the most sentences are split in two until it is — so **every rank runs
    the same number of steps** (DDP hangs otherwise) and **every example is seen exactly once
-   per epoch** (nothing dropped, nothing repeated);
+   per epoch** (nothing dropped, nothing repeated; with ``max_length``, only the examples
+   within it: a paper's training-length limit);
 4. rank ``r`` takes batches ``r, r + W, r + 2W, ...``.
 
 Every rank computes the same plan from the same lengths, so no communication is needed.
@@ -152,24 +154,31 @@ class BatchingConfig:
     a memory cap) and the per-rank budget (``per_rank``), so runs on 1, 2 or 8 workers train
     with the same batch and are comparable."""
 
-    max_tokens: int = 4096  # per rank and batch: sentences × (longest + 1)
+    max_tokens: int | None = 4096  # per rank and batch: sentences × (longest + 1); None: no token cap
+    max_sentences: int | None = None  # per rank and batch (a paper's "batch size" in sentences)
+    max_length: int | None = None  # train only on pairs of at most this many subwords a side
     update_freq: int = 1  # batches accumulated per update (with global_tokens: chosen, leave 1)
     global_tokens: int | None = None  # tokens per update over all ranks, independent of the workers
     shuffle: bool = True
     seed: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+        if self.max_tokens is None and self.max_sentences is None:
+            raise ValueError("set max_tokens, max_sentences or both")
+        for key in ("max_tokens", "max_sentences", "max_length"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:
+                raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
         if self.update_freq < 1:
             raise ValueError(f"update_freq must be ≥ 1, got {self.update_freq}")
         if self.global_tokens is not None:
             if self.global_tokens < 1:
                 raise ValueError(f"global_tokens must be positive, got {self.global_tokens}")
+            if self.max_tokens is None:
+                raise ValueError("global_tokens needs max_tokens (the per-batch memory cap)")
             if self.update_freq != 1:
                 raise ValueError("set global_tokens or update_freq, not both (global_tokens chooses update_freq)")
 
-    def per_rank(self, world_size: int) -> tuple[int, int]:
+    def per_rank(self, world_size: int) -> tuple[int | None, int]:
         """(tokens per rank and batch, batches accumulated per update) on ``world_size`` ranks."""
         if self.global_tokens is None:
             return self.max_tokens, self.update_freq
@@ -183,12 +192,14 @@ class ShardedBatches:
     def __init__(self, examples: ParquetExamples, config: BatchingConfig, *, rank: int = 0, world_size: int = 1):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
-        if len(examples) < world_size:
-            raise ValueError(f"{examples.name}: {len(examples)} examples cannot feed {world_size} ranks")
+        self.lengths = np.maximum(examples.src_lengths, examples.tgt_lengths)
+        usable = len(examples) if config.max_length is None else int((self.lengths <= config.max_length).sum())
+        if usable < world_size:
+            within = "" if config.max_length is None else f" of at most {config.max_length} subwords"
+            raise ValueError(f"{examples.name}: {usable} examples{within} cannot feed {world_size} ranks")
         self.examples, self.config = examples, config
         self.rank, self.world_size = rank, world_size
         self.max_tokens, self.update_freq = config.per_rank(world_size)
-        self.lengths = np.maximum(examples.src_lengths, examples.tgt_lengths)
         self.epoch, self.next_batch = 0, 0
 
     # --- the plan, identical on every rank
@@ -197,7 +208,9 @@ class ShardedBatches:
         rng = np.random.default_rng([self.config.seed, epoch])
         order = rng.permutation(len(self.lengths)) if self.config.shuffle else np.arange(len(self.lengths))
         order = order[np.argsort(self.lengths[order], kind="stable")]
-        batches = _pack(order, self.lengths, self.max_tokens)
+        if self.config.max_length is not None:
+            order = order[self.lengths[order] <= self.config.max_length]
+        batches = _pack(order, self.lengths, self.max_tokens, self.config.max_sentences)
         if self.config.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return _split_until_divisible(batches, self.world_size * self.update_freq)
@@ -238,24 +251,31 @@ class ShardedBatches:
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "next_batch": self.next_batch, "seed": self.config.seed,
                 "world_size": self.world_size, "num_examples": len(self.lengths),
-                "max_tokens": self.max_tokens, "update_freq": self.update_freq}
+                "max_tokens": self.max_tokens, "update_freq": self.update_freq,
+                "max_sentences": self.config.max_sentences, "max_length": self.config.max_length}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         expected = {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths),
-                    "max_tokens": self.max_tokens, "update_freq": self.update_freq}
-        older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq}  # checkpoints before accumulation
+                    "max_tokens": self.max_tokens, "update_freq": self.update_freq,
+                    "max_sentences": self.config.max_sentences, "max_length": self.config.max_length}
+        older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq,  # checkpoints before accumulation
+                 "max_sentences": None, "max_length": None}  # and before sentence batches
         for key, value in expected.items():
             if state.get(key, older.get(key)) != value:
                 raise ValueError(f"cannot restore batch position: saved {key}={state.get(key)!r}, now {value!r}")
         self.epoch, self.next_batch = int(state["epoch"]), int(state["next_batch"])
 
 
-def _pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int) -> list[np.ndarray]:
-    """Greedy packing of length-sorted examples under ``count × (longest + 1) <= max_tokens``."""
+def _pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int | None,
+          max_sentences: int | None = None) -> list[np.ndarray]:
+    """Greedy packing of length-sorted examples under ``count × (longest + 1) <= max_tokens``
+    and ``count <= max_sentences`` (either None: no such cap)."""
+    tokens, sentences = max_tokens or float("inf"), max_sentences or float("inf")
     batches, start, longest = [], 0, 0
     for position, index in enumerate(order):
         candidate = max(longest, int(lengths[index]) + 1)
-        if position > start and candidate * (position - start + 1) > max_tokens:
+        count = position - start + 1
+        if position > start and (candidate * count > tokens or count > sentences):
             batches.append(order[start:position])
             start, candidate = position, int(lengths[index]) + 1
         longest = candidate

@@ -78,6 +78,11 @@ class Space:
     layers: dict[str, int]
 
     @property
+    def recipe(self) -> str:
+        """The recipe the trials' base config starts from (the space's, else its model's default)."""
+        return recipes.recipe_for(self.spec.model, self.spec.recipe)[0]
+
+    @property
     def knobs(self) -> list[str]:
         return list(self.spec.params)
 
@@ -121,7 +126,7 @@ class Space:
         recipe = recipes.get_recipe(str(name))
         if recipe.model != self.spec.model:
             raise ConfigError(f"space {self.name}: first point recipe {name} is a {recipe.model} recipe, not {self.spec.model}")
-        knobs = {key: value for key, value in recipe.settings.items() if key in self.spec.params}
+        knobs = {key: value for key, value in {**recipe.settings, **recipe.training}.items() if key in self.spec.params}
         unset = sorted(key for key, value in knobs.items() if value is None and key not in point)
         if unset:
             raise ConfigError(f"space {self.name}: first point recipe {name} leaves {', '.join(unset)} unset, "
@@ -229,6 +234,7 @@ def knob_names() -> list[str]:
         raw = _knob_names(config_io.read_yaml_mapping(path))
         names.update(dict.fromkeys(raw.get("params", {})))
         names.update(dict.fromkeys(raw.get("fixed", {})))
-    for recipe in recipes.RECIPES.values():
+    for recipe in recipes.RECIPES.values():  # with their training and decoding: what each row ran
         names.update(dict.fromkeys(recipe.settings))
+        names.update(dict.fromkeys(recipe.training))
     return list(names)

@@ -62,7 +62,7 @@ def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     space = setup["space"]
     config = load_train_config(space.trial_config(sampled))  # validated once, in the trial
     job = dataclasses.replace(setup["job"], run_name=f"{setup['sweep']}-{trial_id}", started_at=started_at)
-    tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name}
+    tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name, "recipe": space.recipe}
     run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[TuneReportCallback()],
         reuse=trial_run_tags(setup["parent_run_id"], trial_id))
 
@@ -168,8 +168,9 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
               "workers_per_trial": sweep.job.workers, "gpus_per_worker": sweep.job.gpus_per_worker,
               "max_concurrent": sweep.max_concurrent, "git_commit": sweep.job.git_commit}
     space_text = sweep.space.path.read_text(encoding="utf-8")
+    tags = {"sweep_parent": sweep.name, "space": sweep.space.name, "recipe": sweep.space.recipe}
     run_id = runs.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
-                            {"sweep_parent": sweep.name, "space": sweep.space.name}, space_text, source="platform.tune")
+                            tags, space_text, source="platform.tune")
     dataset = sweep.job.dataset  # the runs table's Dataset column, as on the trials
     runs.log_dataset_inputs(sweep.tracking_uri, run_id, dataset.name, read_meta(dataset.location))
     return run_id

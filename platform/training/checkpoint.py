@@ -23,11 +23,14 @@ from platform.errors import ConfigError
 from platform.training.config import TrainConfig, load_train_config
 
 CHECKPOINT_FILE = "checkpoint.pt"
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3
 # models whose computation changed with checkpoint format 2 (the paper-fidelity fixes: DBSA's
 # scaled biaffine, Yang's single attention and β from h̃, Gumbel's attended leaves, word-level
 # depths): their format-1 weights would now compute something else, so they are refused
 CHANGED_IN_FORMAT_2 = ("dbsa", "deprel", "hier_tree_gru", "gumbel_tree")
+# format 3: the tree models' top-down GRU is the papers' (models/tree.py ResetGRUCell); an older
+# checkpoint of them loads with ``top_down_cell: torch``, the cell its weights belong to
+TOP_DOWN_GRU_MODELS = ("hier_tree_gru", "gumbel_tree")
 
 
 def checkpoint_state(model: nn.Module, optimizer, scheduler, sampler: ShardedBatches, config: TrainConfig,
@@ -61,9 +64,12 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dic
 
 
 def config_from_checkpoint(state: dict) -> TrainConfig:
-    config = load_train_config(config_io.yaml_load(state["config"]))
+    data = config_io.yaml_load(state["config"])
     version = state.get("format_version", 1)
-    if version < CHECKPOINT_FORMAT and config.model.name in CHANGED_IN_FORMAT_2:
+    if version < 3 and data.get("model", {}).get("name") in TOP_DOWN_GRU_MODELS:  # its weights are nn.GRUCell's
+        data["model"].setdefault("top_down_cell", "torch")
+    config = load_train_config(data)
+    if version < 2 and config.model.name in CHANGED_IN_FORMAT_2:
         raise IncompatibleCheckpoint(f"checkpoint format {version} of a {config.model.name} model predates the "
                                      "paper-fidelity fixes (docs/models.md), which change what its weights compute; "
                                      "train it again")

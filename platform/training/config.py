@@ -15,7 +15,7 @@ import copy
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from models import MODELS
 from models.rnn import RNNConfig
@@ -31,9 +31,12 @@ ModelConfig = Union[tuple(dict.fromkeys(spec.config_class for spec in MODELS.val
 
 @dataclass(frozen=True, kw_only=True)
 class OptimConfig:
-    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up
-    warmup_steps: int = 400  # inverse-square-root schedule of Vaswani et al. (paper: 4000)
-    betas: tuple[float, float] = (0.9, 0.98)
+    optimizer: Literal["adam", "adadelta"] = "adam"  # AdaDelta: Zeiler 2012 (Yang et al.)
+    schedule: Literal["inverse_sqrt", "constant"] = "inverse_sqrt"  # after a linear warm-up
+    lr: float = 1e-3  # peak learning rate, reached at the end of warm-up (AdaDelta: its scale, 1.0)
+    warmup_steps: int = 400  # linear warm-up (Vaswani et al.: 4000, then inverse square root)
+    betas: tuple[float, float] = (0.9, 0.98)  # Adam
+    rho: float = 0.95  # AdaDelta's decay (Zeiler 2012)
     eps: float = 1e-9
     weight_decay: float = 0.0
     clip_norm: float = 1.0  # 0 disables gradient clipping
@@ -44,6 +47,8 @@ class OptimConfig:
             raise ValueError("lr must be positive and warmup_steps non-negative")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not 0.0 < self.rho < 1.0:
+            raise ValueError(f"rho must be in (0, 1), got {self.rho}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +61,23 @@ class EvalConfig:
     max_tokens: int = 4000  # dev batch budget
 
 
+@dataclass(frozen=True, kw_only=True)
+class DecodeConfig:
+    """How the trained model translates (``evaluate``, ``translate``, the study's test scores):
+    each recipe sets its paper's decoding; a flag overrides it.  The hypothesis length is at
+    most ``max_len_a × source length + max_len_b`` subwords."""
+
+    beam: int = 4  # 1 = greedy
+    alpha: float = 0.6  # length penalty (Wu et al. 2016); 0 = none
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise ValueError(f"beam must be ≥ 1, got {self.beam}")
+        if self.max_len_a < 0 or self.max_len_b < 1:
+            raise ValueError("max_len_a must be ≥ 0 and max_len_b ≥ 1")
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -63,6 +85,7 @@ class TrainConfig:
     batching: BatchingConfig = field(default_factory=BatchingConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
     max_epochs: int = 10
     max_steps_per_epoch: int | None = None  # cut epochs short (smoke runs)
     patience: int | None = None  # stop after this many epochs without a better dev_bleu
@@ -127,14 +150,21 @@ RUN_PRESETS = {
 
 
 def model_defaults(name: str, size: str, recipe: str | None = None) -> dict[str, Any]:
-    """The model section a run starts from: the model's preset, its recipe (``training/recipes.py``;
-    the model's default recipe when None), then the size's dimensions (the recipe's own under
-    ``paper``).  Fractional parse layers (``4/6``) stay fractions until ``load_train_config``."""
+    """The model section a run starts from: the model's preset, the size's dimensions (the
+    recipe's own under ``paper``), then the recipe's model settings (``training/recipes.py``;
+    the model's default recipe when None), which hold at every size.  Fractional parse layers
+    (``4/6``) stay fractions until ``load_train_config``."""
     if name not in MODELS:
         raise ConfigError(f"unknown model {name!r}; available: {', '.join(MODELS)}")
     _, found = recipes.recipe_for(name, recipe)
     dims = found.paper_size if size == "paper" else SIZES[size][MODELS[name].config_class]
-    return {**MODELS[name].preset, **found.settings, **dims}
+    return {**MODELS[name].preset, **dims, **found.settings}
+
+
+def recipe_training(size: str, recipe: recipes.Recipe) -> dict[str, Any]:
+    """The rest of a recipe's setup at ``size`` as dotted keys: its training and decoding at
+    every size, and under ``paper`` its batches, epochs and learning rate as well."""
+    return {**recipe.training, **(recipe.paper_training if size == "paper" else {})}
 
 
 def load_train_config(data: dict[str, Any]) -> TrainConfig:
@@ -158,11 +188,15 @@ def load_train_config(data: dict[str, Any]) -> TrainConfig:
 
 def resolve(model: str, size: str, *, recipe: str | None = None, config_file: str | None = None,
             overrides: Sequence[str] = (), max_epochs: int | None = None) -> dict[str, Any]:
-    """A run's config data: the model's preset, recipe and size defaults, the size's run preset,
-    then the YAML file, then ``--set`` overrides, then ``max_epochs`` (plain data; ``resolve_config``
-    loads it).  ``platform.train`` loads this; ``platform.tune`` applies each trial's knobs to it."""
+    """A run's config data: the model's preset, the size's dimensions and the recipe's model
+    settings, the size's run preset, the recipe's training and decoding (``recipe_training``),
+    then the YAML file, then ``--set`` overrides, then ``max_epochs`` (plain data;
+    ``resolve_config`` loads it).  ``platform.train`` loads this; ``platform.tune`` applies each
+    trial's knobs to it."""
     data: dict[str, Any] = {"model": model_defaults(model, size, recipe)}
     config_io.merge(data, copy.deepcopy(RUN_PRESETS[size]))
+    for key, value in recipe_training(size, recipes.recipe_for(model, recipe)[1]).items():
+        config_io.set_dotted(data, key, copy.deepcopy(value))
     if config_file:
         config_io.merge(data, config_io.read_yaml_mapping(config_file))
     for override in overrides:

@@ -38,11 +38,27 @@ def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:
     return factor
 
 
+def constant_schedule(warmup_steps: int) -> Callable[[int], float]:
+    """The learning rate itself after a linear warm-up (none when ``warmup_steps`` is 0)."""
+
+    def factor(step: int) -> float:
+        return min(max(step, 1) / warmup_steps, 1.0) if warmup_steps else 1.0
+
+    return factor
+
+
+SCHEDULES = {"inverse_sqrt": inverse_sqrt_schedule, "constant": constant_schedule}
+
+
 def build_optimizer(model: nn.Module, optim: OptimConfig):
-    """Adam and its inverse-square-root schedule for ``model``'s parameters."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps,
-                                 weight_decay=optim.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt_schedule(optim.warmup_steps))
+    """The optimiser (Adam, or AdaDelta as Yang et al. train) and its schedule for ``model``'s parameters."""
+    if optim.optimizer == "adadelta":
+        optimizer = torch.optim.Adadelta(model.parameters(), lr=optim.lr, rho=optim.rho, eps=optim.eps,
+                                         weight_decay=optim.weight_decay)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps,
+                                     weight_decay=optim.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[optim.schedule](optim.warmup_steps))
     return optimizer, scheduler
 
 

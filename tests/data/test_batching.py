@@ -132,3 +132,25 @@ def test_accumulated_updates_cover_every_example_once(examples, world_size, max_
     for seed in (1, 2, 3):
         updates = updates_of(examples, world_size, max_tokens=max_tokens, global_tokens=global_tokens, seed=seed)
         assert sorted(i for update in updates for i in update) == list(range(len(examples)))
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_sentence_batches_hold_at_most_max_sentences_and_still_cover_every_example(examples, world_size):
+    ranks = shards(examples, world_size, max_tokens=None, max_sentences=16)
+    per_rank = [r.batches(0) for r in ranks]
+    assert all(1 <= len(batch) <= 16 for batches in per_rank for batch in batches)
+    assert sum(len(batch) == 16 for batches in per_rank for batch in batches) > len(examples) // 32  # mostly full
+    seen = np.concatenate([batch for batches in per_rank for batch in batches])
+    assert np.array_equal(np.sort(seen), np.arange(len(examples)))
+
+
+def test_a_training_length_limit_leaves_out_exactly_the_longer_pairs(examples):
+    (sampler,) = shards(examples, 1, max_tokens=800, max_length=12)
+    seen = np.sort(np.concatenate(sampler.batches(0)))
+    within = np.flatnonzero(np.maximum(examples.src_lengths, examples.tgt_lengths) <= 12)
+    assert 0 < len(within) < len(examples) and np.array_equal(seen, within)
+
+
+def test_a_batch_needs_a_token_or_a_sentence_cap():
+    with pytest.raises(ValueError, match="max_tokens, max_sentences or both"):
+        BatchingConfig(max_tokens=None)

@@ -95,14 +95,17 @@ def test_decoder_targets_at_the_predicting_position_as_the_authors_release():
     assert decoder_parse_targets(tgt_heads).tolist() == decoder_parse_targets(tgt_heads, "output").tolist()  # default
 
 
-@pytest.mark.parametrize("size", ["paper", "cpu"])
-def test_untrained_parse_heads_start_near_uniform(size):
+@pytest.mark.parametrize("size, bound", [("paper", 0.5), ("cpu", 2.0), ("sweep", 2.0), ("smoke", 2.0)])
+def test_untrained_parse_heads_start_near_uniform(size, bound):
     """Eq. 14 scaled as the authors' release: an untrained head's parse cross-entropy on
-    25-token sentences is within a nat of log 25 (unscaled it was about 17)."""
-    dims = {} if size == "paper" else dict(num_encoder_layers=3, num_decoder_layers=3, d_model=256, num_heads=4,
-                                           d_ff=1024, p_enc=2, p_dec=2)
+    25-token sentences starts near log 25 (unscaled it was about 17) in the presets the
+    platform trains: within half a nat at paper size (the head in layer 4 reads a LayerNorm
+    output), within 2 nats at the small presets (2 layers, the head in layer 1 reads the scaled
+    embeddings)."""
+    from platform.training.config import resolve_config
+
     torch.manual_seed(0)
-    model = build_model(default_config("dbsa", **dims), 4000, 4000).train()
+    model = build_model(resolve_config("dbsa", size).model, 4000, 4000).train()
     batch, n = 16, 25
     src = Source(ids=torch.randint(4, 4000, (batch, n)), lengths=torch.full((batch,), n))
     tgt_in = torch.randint(4, 4000, (batch, n + 1))
@@ -111,10 +114,10 @@ def test_untrained_parse_heads_start_near_uniform(size):
     with torch.no_grad():
         output = model(src, tgt_in)
     enc = F.nll_loss(output.enc_parse_logprobs.reshape(-1, n), encoder_parse_targets(heads).reshape(-1))
-    assert abs(float(enc) - math.log(n)) < 1.0, float(enc)
+    assert abs(float(enc) - math.log(n)) < bound, float(enc)
     past_heads = torch.minimum(heads, torch.arange(n))  # every head in the past: all supervised
     for supervise, first_key_count in (("input", 2), ("output", 1)):  # position i (supervised) sees i+1 keys
         targets = decoder_parse_targets(past_heads, supervise)
         dec = F.nll_loss(output.dec_parse_logprobs.reshape(-1, n + 1), targets.reshape(-1), ignore_index=IGNORE_INDEX)
         uniform = float(torch.log(torch.arange(first_key_count, first_key_count + n).float()).mean())
-        assert abs(float(dec) - uniform) < 1.0, (supervise, float(dec), uniform)
+        assert abs(float(dec) - uniform) < bound, (supervise, float(dec), uniform)

@@ -61,14 +61,14 @@ def test_top_down_uses_distinct_left_and_right_parameters():
     schedule = TreeSchedule.from_parents(THREE_LEAF_PARENTS, torch.tensor([3]))
     before = top_down(up, schedule)
     with torch.no_grad():
-        top_down.left.weight_ih.add_(0.5)
+        top_down.left.input.weight.add_(0.5)
     after_left = top_down(up, schedule)
     changed = [not torch.allclose(before[0, n], after_left[0, n]) for n in range(5)]
     # nodes: a(0) left of (a b); b(1) right of (a b); c(2) right of root; (a b)=3 left of root; root=4
     assert changed == [True, True, False, True, False]  # b changes only through its parent (a b)
     with torch.no_grad():
-        top_down.left.weight_ih.sub_(0.5)
-        top_down.right.weight_ih.add_(0.5)
+        top_down.left.input.weight.sub_(0.5)
+        top_down.right.input.weight.add_(0.5)
     after_right = top_down(up, schedule)
     changed = [not torch.allclose(before[0, n], after_right[0, n]) for n in range(5)]
     assert changed == [False, True, True, False, False]

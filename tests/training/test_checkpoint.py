@@ -61,3 +61,17 @@ def test_a_checkpoint_from_before_the_paper_fidelity_fixes_is_refused(demo_datas
         model_from_checkpoint(state)
     with pytest.raises(IncompatibleCheckpoint, match="predates"):
         restore(state, model, optimizer, scheduler, sampler)
+
+
+def test_a_tree_model_saved_before_the_papers_top_down_gru_loads_with_the_cell_it_was_trained_with():
+    from platform import config as config_io
+    from platform.training.checkpoint import config_from_checkpoint
+    from platform.training.config import resolve_config
+
+    data = config_io.to_dict(resolve_config("gumbel_tree", "smoke", recipe="currey2018/top-down"))
+    del data["model"]["top_down_cell"]  # written before the field existed
+    import yaml
+
+    older = {"config": yaml.safe_dump(data), "format_version": 2}
+    assert config_from_checkpoint(older).model.top_down_cell == "torch"  # its weights are nn.GRUCell's
+    assert config_from_checkpoint({**older, "format_version": 3}).model.top_down_cell == "paper"

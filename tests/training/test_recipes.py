@@ -43,9 +43,10 @@ def test_paper_settings_of_the_recipes():
     assert resolve_config("transformer_rel", "cpu").model.k_clip == 2  # default recipe omote2019/rel
     yang = resolve_config("tree2seq", "paper", recipe="yang2017/tree2seq").model
     assert (yang.rnn_cell, yang.tree_cell, yang.attention, yang.bidirectional) == ("gru", "gru", "bahdanau", False)
-    assert (yang.d_embed, yang.d_hidden) == (620, 1000)
+    assert (yang.d_embed, yang.d_hidden) == (620, 1000)  # forward leaves only: 1,000
     currey = resolve_config("gumbel_tree", "cpu", recipe="currey2018/top-down").model
     assert (currey.num_layers, currey.rnn_cell, currey.top_down, currey.gumbel_tau) == (2, "lstm", True, 0.5)
+    assert (currey.leaf_layers, currey.dropout, currey.top_down_cell) == (1, 0.3, "paper")  # at every size
     dbsa = resolve_config("dbsa", "paper", recipe="deguchi2019/dec").model
     assert (dbsa.p_enc, dbsa.p_dec, dbsa.dec_parse_target) == (None, 4, "output")
 
@@ -72,3 +73,51 @@ def test_train_cli_runs_a_recipe_without_a_model_flag():
     refused = subprocess.run([sys.executable, "-m", "platform.train", "--print-config"], cwd=ROOT, capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode != 0 and "--model NAME or --recipe NAME" in refused.stderr
+
+
+@pytest.mark.parametrize("name", sorted(recipes.RECIPES))
+def test_every_recipe_value_carries_the_papers_words_or_not_stated(name):
+    recipe = recipes.RECIPES[name]
+    keys = recipe.keys()
+    assert keys and set(keys) == set(recipe.quotes), set(keys) ^ set(recipe.quotes)
+    for key in keys:
+        quote = recipe.quotes[key]
+        assert quote.startswith(("\"", recipes.NOT_STATED)) or "\"" in quote or quote == recipe.source, (key, quote)
+
+
+def _printed(*args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "platform.train", *args, "--print-config"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_a_recipe_is_its_papers_training_and_decoding_as_printed():
+    from platform import config as config_io
+
+    yang = config_io.yaml_load(_printed("--recipe", "yang2017/gated", "--size", "paper"))
+    assert yang["optim"]["optimizer"] == "adadelta" and yang["optim"]["schedule"] == "constant"
+    assert yang["batching"]["max_sentences"] == 16 and yang["batching"]["max_tokens"] is None
+    assert yang["decode"]["beam"] == 5 and yang["model"]["d_hidden"] == 500  # per direction
+    currey = config_io.yaml_load(_printed("--recipe", "currey2018/bottom-up", "--size", "paper"))
+    assert (currey["optim"]["optimizer"], currey["optim"]["lr"], currey["optim"]["schedule"]) == ("adam", 1e-3, "constant")
+    assert (currey["model"]["d_embed"], 2 * currey["model"]["d_hidden"]) == (500, 1000)  # embedding 500, hidden 1,000
+    assert (currey["batching"]["max_sentences"], currey["model"]["dropout"], currey["model"]["leaf_layers"]) == (64, 0.3, 1)
+    assert (currey["decode"]["beam"], currey["decode"]["max_len_a"], currey["decode"]["max_len_b"]) == (12, 0.0, 100)
+    for size in (["--smoke"], ["--size", "cpu"], ["--size", "paper"]):  # greedy at every size
+        assert config_io.yaml_load(_printed("--recipe", "omote2019/dep+rel", *size))["decode"]["beam"] == 1
+    deguchi = config_io.yaml_load(_printed("--recipe", "deguchi2019/enc+dec", "--size", "paper"))
+    assert (deguchi["max_epochs"], deguchi["batching"]["max_sentences"], deguchi["optim"]["clip_norm"]) == (20, 224, 0.0)
+    assert (deguchi["decode"]["beam"], deguchi["decode"]["alpha"]) == (4, 0.6)
+    # what only makes sense at paper size stays there; the rest holds at every size
+    small = config_io.yaml_load(_printed("--recipe", "yang2017/gated", "--size", "cpu"))
+    assert small["batching"]["max_sentences"] is None and small["optim"]["optimizer"] == "adadelta"
+    overridden = config_io.yaml_load(_printed("--recipe", "yang2017/gated", "--set", "decode.beam=2"))
+    assert overridden["decode"]["beam"] == 2
+
+
+def test_yangs_table_rows_beta_one_and_bidirectional_leaves_only_are_recipes():
+    beta1 = resolve_config("hier_tree_gru", "cpu", recipe="yang2017/beta1").model
+    assert beta1.gate == "fixed1"
+    bileaf = resolve_config("tree2seq", "paper", recipe="yang2017/bileaf").model
+    assert bileaf.bidirectional and bileaf.d_hidden == 500
