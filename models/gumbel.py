@@ -93,6 +93,10 @@ class GumbelTreeEncoder(nn.Module):
         padding), so every merge step is one cell call over exactly the real adjacent pairs;
         a sentence reduced to its root drops out of the packed arrays."""
         leaves, _ = self.leaves(src)
+        with torch.autocast(leaves.device.type, enabled=False):  # see _merge
+            return self._compose(src, leaves.float())
+
+    def _compose(self, src: Source, leaves: Tensor) -> tuple[Tensor, Tensor]:
         batch, width, dim = leaves.shape
         h0, c0 = self.leaf_transform(leaves).chunk(2, dim=-1)  # [B, S, H] each
         sentence, position = torch.nonzero(src.valid, as_tuple=True)  # packed order: sentence-major
@@ -110,7 +114,11 @@ class GumbelTreeEncoder(nn.Module):
         return nodes, parent
 
     def _merge(self, h, c, sentence, ids, pairs, parent, new_id: int, batch: int):
-        """One merge step over every adjacent pair of every sentence: [P, H] → [Q, H], Q = #pairs."""
+        """One merge step over every adjacent pair of every sentence: [P, H] → [Q, H], Q = #pairs.
+
+        Runs in float32 even under autocast: the straight-through selection needs
+        1 − cumsum(select) to be exactly 0 or 1 for the pairs beside the merge, which bf16's
+        8-bit mantissa does not keep (and the mixed dtypes broke ``index_add`` on CUDA)."""
         left, right = pairs, pairs + 1
         segment = sentence[left]  # [Q] sentence of each candidate pair
         new_h, new_c = self.cell(h[left], c[left], h[right], c[right])  # eq. 1-3, all pairs at once

@@ -116,10 +116,16 @@ class LeafEncoder(nn.Module):
 
     def forward(self, src: Source) -> tuple[Tensor, Tensor]:
         """→ states [B, S, H] (zero on padding) and a summary [B, H]: the last forward state
-        (and the first backward state)."""
+        (and the first backward state).
+
+        The RNN runs in float32 under autocast: PyTorch's autocast casts a cuDNN RNN to float16
+        whatever dtype it was asked for (bf16 here), and float16 gradients without loss scaling
+        can underflow.  On an H100 the bf16 runs of the RNN models had float16 leaf states
+        before this (docs/performance.md, "GPU")."""
         x = self.dropout(self.embed(src.ids))  # [B, S, E]
-        packed = pack_padded_sequence(x, src.lengths.cpu(), batch_first=True, enforce_sorted=False)
-        output, _ = self.rnn(packed)
+        with torch.autocast(x.device.type, enabled=False):
+            packed = pack_padded_sequence(x.float(), src.lengths.cpu(), batch_first=True, enforce_sorted=False)
+            output, _ = self.rnn(packed)
         states, _ = pad_packed_sequence(output, batch_first=True, total_length=src.ids.shape[1])  # [B, S, H]
         last = states[torch.arange(len(src.lengths)), src.lengths - 1]  # [B, H]
         if self.bidirectional:

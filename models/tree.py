@@ -191,7 +191,7 @@ class TopDownGRU(nn.Module):
             new = torch.empty_like(up[b, node])
             for mask, cell in ((left, self.left), (~left, self.right)):
                 if mask.any():
-                    new[mask] = cell(up[b[mask], node[mask]], down[b[mask], parent[mask]])
+                    new[mask] = cell(up[b[mask], node[mask]], down[b[mask], parent[mask]]).to(new.dtype)
             down[b, node] = new
         return down
 
@@ -207,9 +207,10 @@ def bottom_up(leaves: Tensor, schedule: TreeSchedule, cell: nn.Module, width: in
     for b, node in schedule.up_levels:
         left, right = schedule.left[b, node], schedule.right[b, node]
         if lstm:
-            h[b, node], c[b, node] = cell(h[b, left], c[b, left], h[b, right], c[b, right])
+            new_h, new_c = cell(h[b, left], c[b, left], h[b, right], c[b, right])
+            h[b, node], c[b, node] = new_h.to(h.dtype), new_c.to(c.dtype)  # bf16 under autocast
         else:
-            h[b, node] = cell(h[b, left], h[b, right])
+            h[b, node] = cell(h[b, left], h[b, right]).to(h.dtype)
     return h, c
 
 

@@ -7,6 +7,7 @@ Programming errors still raise normally: a traceback there is what a developer n
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -30,12 +31,15 @@ class ConfigError(UserError):
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> None:
     """Run ``main(argv)`` and exit: 0 on success, 2 with a one-line message on a user error,
-    130 on Ctrl-C."""
+    130 on Ctrl-C, 141 (quietly) when the reader of its output went away."""
     try:
         status = main(argv)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)
+    except BrokenPipeError:  # the reader left (``| head``): stop quietly, as a killed pipe writer does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        sys.exit(141)
     except OSError as error:  # the environment: unwritable directory, full disk, missing file
         print(f"error: {describe_os_error(error)}", file=sys.stderr)
         sys.exit(1)

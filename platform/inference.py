@@ -128,7 +128,7 @@ class Trained:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch's notes on pickle protocols: the error says it all
-                state = load_checkpoint(checkpoint, device)
+                state = load_checkpoint(checkpoint)  # on the CPU: the model alone moves to ``device``
         except Exception as error:
             raise UserError(f"{checkpoint}: not a checkpoint this code can load ({checkpoint_load_error(error)})") from None
         try:

@@ -27,7 +27,14 @@ from platform import config as config_io
 from platform.data.encode import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch import reach
-from platform.launch.cluster import default_storage_path, max_concurrent_trials, start_ray, storage_uri
+from platform.launch.cluster import (
+    auto_gpus_per_worker,
+    cluster_gpus,
+    default_storage_path,
+    max_concurrent_trials,
+    start_ray,
+    storage_uri,
+)
 from platform.launch.console import console_log_path, make_console, quiet_logging
 from platform.launch.driver import Job
 from platform.launch.spaces import Space, load_space
@@ -57,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a config value for every trial, e.g. --set model.d_model=256 (repeatable)")
     parser.add_argument("--workers-per-trial", type=int, default=1, help="DDP workers of each trial (default 1)")
     parser.add_argument("--cpus-per-worker", type=float, default=1.0, help="CPUs per worker (default 1)")
-    parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per worker (default 0)")
+    parser.add_argument("--gpus-per-worker", type=float,
+                        help="GPUs per worker (default: none on a cluster without GPUs; else 1 at --size paper and "
+                             "1/8 for the smaller sizes, eight trials sharing a GPU)")
     parser.add_argument("--max-concurrent", type=int, help="at most this many trials at once (default: what fits)")
     parser.add_argument("--name", help="sweep name; with --resume, the sweep to continue")
     parser.add_argument("--resume", action="store_true", help="continue the interrupted sweep --name")
@@ -111,11 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     dataset_dir = resolve_dataset(args.data)
     start_ray(args.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves one CPU for trial drivers
               log_to_driver=args.verbose)
+    gpus = args.gpus_per_worker
+    if gpus is None:
+        gpus = auto_gpus_per_worker(cluster_gpus(joined=args.address is not None), size)
     job = Job(dataset=reach.for_every_node(dataset_dir, storage), workers=args.workers_per_trial,
-              gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker, experiment=args.experiment,
+              gpus_per_worker=gpus, cpus_per_worker=args.cpus_per_worker, experiment=args.experiment,
               tracking_uri=tracking_uri, run_name="", storage_path=storage, max_failures=1,
               git_commit=runs.git_commit())  # each trial's with its run name and start time
-    concurrent = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, args.gpus_per_worker,
+    concurrent = max_concurrent_trials(args.workers_per_trial, args.cpus_per_worker, gpus,
                                        requested=args.max_concurrent, joined=args.address is not None)
     sweep = Sweep(name=name, space=space, num_samples=args.num_samples or (3 if args.smoke else 6),
                   max_epochs=load_train_config(space.base).max_epochs, seed=args.seed, job=job,
@@ -123,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, args.resume)
     print(f"sweep {name}: {sweep.num_samples} trials of {space.spec.model}, up to {sweep.max_concurrent} at once, "
-          f"MLflow parent run {sweep.parent_run_id}" + (f"; Ray's own output: {log_file}" if log_file else ""),
+          f"MLflow parent run {sweep.parent_run_id}" + (f", {gpus:g} GPU per worker" if gpus else "") + (f"; Ray's own output: {log_file}" if log_file else ""),
           flush=True)
     console = [] if args.verbose else [make_console(space.knobs, space.spec.metric, sweep.max_epochs)]
     began = time.time()

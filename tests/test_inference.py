@@ -117,3 +117,14 @@ def test_average_last_evaluates_the_mean_of_the_kept_epochs(three_epochs, demo_d
                          "--out", tmp_path / "refused")
     assert refused.returncode == 2 and "kept the weights of 2 epoch(s)" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("refused*"))
+
+
+def test_a_checkpoint_loads_for_another_device_with_its_state_on_the_cpu(tree2seq_checkpoint):
+    """On a GPU, ``--device cuda`` once mapped the whole checkpoint there and failed reading its
+    subword models (numpy of a CUDA tensor).  ``meta`` stands in for that other device here:
+    the checkpoint's state stays on the CPU, and only the model moves."""
+    from platform.inference import Trained
+
+    trained = Trained.load(checkpoint=tree2seq_checkpoint, device="meta")
+    assert {p.device.type for p in trained.model.parameters()} == {"meta"}
+    assert isinstance(trained.tgt_model.decode([5, 6]), str)

@@ -145,6 +145,18 @@ def test_an_unwritable_output_directory_is_a_one_line_error(tmp_path):
     assert one_line_error(result).startswith(f"error: {blocker}")  # names the file in the way
 
 
+def test_output_into_a_closed_pipe_stops_quietly():
+    """``python -m platform.tune --dry-run | head``: the reader leaves; no 'error: Broken pipe'."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first write
+    try:
+        result = subprocess.run([sys.executable, "-m", "platform.tune", "--space", "dbsa", "--dry-run"], cwd=ROOT,
+                                stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (141, "")
+
+
 def limit_file_size(limit: int):
     def apply():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing

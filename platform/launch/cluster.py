@@ -136,6 +136,27 @@ def max_concurrent_trials(workers: int, cpus_per_worker: float, gpus_per_worker:
     return wanted
 
 
+# Eight sweep-size trials on one H100 train 5.6x the target tokens/s of one trial alone (four: 3.8x);
+# a paper-size model fills a GPU by itself (docs/performance.md, "GPU")
+SMALL_MODEL_GPU_SHARE = 1 / 8
+
+
+def auto_gpus_per_worker(gpus: float, size: str) -> float:
+    """``--gpus-per-worker``'s default: none on a cluster without GPUs (``gpus`` = 0); a whole GPU
+    per worker at ``paper`` size, and an eighth for the smaller sizes, whose trials share a GPU."""
+    if gpus <= 0:
+        return 0.0
+    return 1.0 if size == "paper" else SMALL_MODEL_GPU_SHARE
+
+
+def cluster_gpus(joined: bool) -> float:
+    """GPUs of the cluster now, or the most its autoscaler can bring up (a cluster joined)."""
+    import ray
+
+    ceiling = _autoscaler_ceiling() if joined else None
+    return max(ray.cluster_resources().get("GPU", 0.0), (ceiling or {}).get("GPU", 0.0))
+
+
 def trials_that_fit(resources: dict[str, float], workers: int, cpus_per_worker: float, gpus_per_worker: float) -> int:
     """Trials of ``workers`` workers (and their driver's CPU) that ``resources`` hold at once."""
     fits = math.floor(resources.get("CPU", 0) / (workers * cpus_per_worker + DRIVER_CPU) + 1e-9)

@@ -77,7 +77,7 @@ def config_from_checkpoint(state: dict) -> TrainConfig:
 
 
 def subword_models_from_checkpoint(state: dict) -> dict[str, SubwordModel]:
-    return {side: SubwordModel(bytes(tensor.numpy().tobytes())) for side, tensor in state["subword_models"].items()}
+    return {side: SubwordModel(bytes(tensor.cpu().numpy().tobytes())) for side, tensor in state["subword_models"].items()}
 
 
 def model_from_checkpoint(state: dict, device: torch.device | str = "cpu") -> tuple[nn.Module, TrainConfig]:

@@ -55,9 +55,10 @@ def build_optimizer(model: nn.Module, optim: OptimConfig):
     if optim.optimizer == "adadelta":
         optimizer = torch.optim.Adadelta(model.parameters(), lr=optim.lr, rho=optim.rho, eps=optim.eps,
                                          weight_decay=optim.weight_decay)
-    else:
+    else:  # fused: one kernel for all parameters on CUDA instead of a few per tensor (docs/performance.md)
+        on_cuda = all(p.is_cuda for p in model.parameters())
         optimizer = torch.optim.Adam(model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps,
-                                     weight_decay=optim.weight_decay)
+                                     weight_decay=optim.weight_decay, fused=on_cuda or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, SCHEDULES[optim.schedule](optim.warmup_steps))
     return optimizer, scheduler
 

@@ -22,3 +22,12 @@ def test_a_joined_cluster_waits_for_its_autoscaler_instead_of_refusing(ray_clust
     assert max_concurrent_trials(1, 1.0, 1.0, joined=True, log=said.append) == 1
     assert max_concurrent_trials(1, 1.0, 0.0, requested=1, joined=True, log=said.append) == 1  # fits now: no line
     assert len(said) == 2
+
+
+def test_gpus_per_worker_defaults_to_none_without_gpus_and_packs_small_trials_onto_one(ray_cluster):
+    from platform.launch.cluster import SMALL_MODEL_GPU_SHARE, auto_gpus_per_worker, cluster_gpus
+
+    assert cluster_gpus(joined=False) == 0.0  # the session's cluster has no GPU: trials train on CPUs
+    assert auto_gpus_per_worker(cluster_gpus(joined=False), "sweep") == 0.0
+    assert auto_gpus_per_worker(4.0, "sweep") == auto_gpus_per_worker(1.0, "cpu") == SMALL_MODEL_GPU_SHARE == 1 / 8
+    assert auto_gpus_per_worker(1.0, "paper") == 1.0
