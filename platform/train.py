@@ -22,7 +22,13 @@ from platform import config as config_io
 from platform.data.encode import resolve_dataset
 from platform.errors import UserError, run_cli
 from platform.launch import reach
-from platform.launch.cluster import default_storage_path, default_cpus_per_worker, start_ray, storage_uri
+from platform.launch.cluster import (
+    check_worker_group,
+    default_cpus_per_worker,
+    default_storage_path,
+    start_ray,
+    storage_uri,
+)
 from platform.launch.driver import Job, run
 from platform.tracking import runs
 from platform.tracking.store import resolve_tracking_uri
@@ -84,11 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.name} has finished already (MLflow run {done} in experiment {args.experiment!r}); "
               f"nothing to do: another --name trains anew")
         return 0
-    dataset, storage = resolve_dataset(args.data), storage_uri(args.storage_path)
     start_ray(args.address)
+    cpus = args.cpus_per_worker or default_cpus_per_worker(args.workers)
+    check_worker_group(args.workers, cpus, args.gpus_per_worker, joined=args.address is not None)  # before any work
+    dataset, storage = resolve_dataset(args.data), storage_uri(args.storage_path)
     job = Job(dataset=reach.for_every_node(dataset, storage), workers=args.workers,
               gpus_per_worker=args.gpus_per_worker,
-              cpus_per_worker=args.cpus_per_worker or default_cpus_per_worker(args.workers), experiment=args.experiment,
+              cpus_per_worker=cpus, experiment=args.experiment,
               tracking_uri=tracking_uri, run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage,
               max_failures=args.max_failures, started_at=started_at)
     run_id = run(config, job, ray_address=args.address, tags={"recipe": recipe, **(named or {})}, reuse=named)

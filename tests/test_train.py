@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import mlflow.pytorch
@@ -66,6 +67,20 @@ def test_two_worker_ddp_run_logs_one_run_with_workers_2(ray_cluster, demo_datase
     assert {name.split("/")[1] for name in system} == {_platform.node()}
     contexts = {t.value for i in runs[0].inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
     assert contexts == {"train", "dev", "test"}  # the Dataset column of MLflow's runs table
+
+
+def test_a_gpu_worker_on_a_cluster_without_gpus_is_one_line_before_any_work(ray_cluster, tmp_path):
+    """Ray Train would wait for the GPU forever (its worker group retried for minutes); the
+    check refuses it in seconds, before the demo corpus or any run is made."""
+    from platform.errors import UserError
+
+    started = time.monotonic()
+    with pytest.raises(UserError) as refused:
+        train.main(["--model", "transformer", "--gpus-per-worker", "1", "--cpus-per-worker", "1", "--data", "demo",
+                    "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage-path", str(tmp_path / "runs")])
+    assert str(refused.value) == "the cluster (4 CPUs, 0 GPUs) cannot hold 1 worker(s) × 1 CPUs / 1 GPUs"
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "runs").exists() and not runs_of(f"sqlite:///{tmp_path}/mlflow.db", "syntax-nmt")[1]
 
 
 def test_train_cli_as_a_user_runs_it(demo_dataset, tmp_path):

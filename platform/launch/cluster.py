@@ -157,9 +157,31 @@ def cluster_gpus(joined: bool) -> float:
     return max(ray.cluster_resources().get("GPU", 0.0), (ceiling or {}).get("GPU", 0.0))
 
 
-def trials_that_fit(resources: dict[str, float], workers: int, cpus_per_worker: float, gpus_per_worker: float) -> int:
+def check_worker_group(workers: int, cpus_per_worker: float, gpus_per_worker: float, joined: bool = False,
+                       log=print) -> None:
+    """``platform.train``'s worker group against the cluster, by a sweep's rule for one trial: one
+    that fits now starts; on a cluster the driver joined, one that its autoscaler can add (or
+    whose autoscaler Ray does not describe) waits for it, said in one line; anything else is a
+    one-line error before any work (Ray Train would wait for it forever)."""
+    import ray
+
+    now = ray.cluster_resources()
+    if trials_that_fit(now, workers, cpus_per_worker, gpus_per_worker, driver_cpu=0.0) >= 1:
+        return
+    ceiling = _autoscaler_ceiling() if joined else None
+    group = f"{workers} worker(s) × {cpus_per_worker:g} CPUs / {gpus_per_worker:g} GPUs"
+    if joined and (ceiling is None or trials_that_fit(ceiling, workers, cpus_per_worker, gpus_per_worker,
+                                                      driver_cpu=0.0) >= 1):
+        log(f"cluster: {_resources(now)} up now; {group} wait for Ray's autoscaler to add nodes")
+        return
+    raise UserError(f"the cluster ({_resources(now)}{f'; at most {_resources(ceiling)} with its autoscaler' if ceiling else ''}) "
+                    f"cannot hold {group}")
+
+
+def trials_that_fit(resources: dict[str, float], workers: int, cpus_per_worker: float, gpus_per_worker: float,
+                    driver_cpu: float = DRIVER_CPU) -> int:
     """Trials of ``workers`` workers (and their driver's CPU) that ``resources`` hold at once."""
-    fits = math.floor(resources.get("CPU", 0) / (workers * cpus_per_worker + DRIVER_CPU) + 1e-9)
+    fits = math.floor(resources.get("CPU", 0) / (workers * cpus_per_worker + driver_cpu) + 1e-9)
     if gpus_per_worker > 0:
         fits = min(fits, math.floor(resources.get("GPU", 0) / (workers * gpus_per_worker) + 1e-9))
     return fits
