@@ -91,7 +91,7 @@ def pytest_collection_modifyitems(items):
     the fast subset that starts no Ray (tests that start Ray or train otherwise carry the marker
     themselves)."""
     for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
+        if {"ray_cluster", "own_cluster"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 
@@ -108,6 +108,23 @@ def ray_cluster():
     start_ray(None, num_cpus=4, log_to_driver=False)  # exactly as the CLIs start a local one
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def own_cluster():
+    """For a test that starts a cluster of its own (a CLI run without --address, a multi-node
+    cluster): the session's cluster, if this process runs one, is shut down for the test and
+    started again after it, so that there are never two Ray clusters on the machine at once."""
+    import ray
+
+    from platform.launch.cluster import start_ray
+
+    restart = ray.is_initialized()
+    if restart:
+        ray.shutdown()
+    yield
+    if restart:
+        start_ray(None, num_cpus=4, log_to_driver=False)  # as ``ray_cluster`` starts it
 
 
 @pytest.fixture(scope="session")

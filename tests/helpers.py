@@ -94,3 +94,35 @@ def assert_full_binary_tree(parent, n: int, width: int | None = None) -> None:
             assert parent[node] in children and parent[node] >= width and parent[node] > node, (node, parent)
             children[parent[node]] += 1
     assert all(children[node] == (2 if node >= width else 0) for node in nodes), parent
+
+
+def end_ray_processes_under(temp_dir: str | Path, timeout: float = 60.0) -> int:
+    """End the Ray processes of the cluster started with ``--temp-dir temp_dir`` (every node of
+    it on this machine: their raylets, GCS, dashboard and monitors name the directory on their
+    command lines) and all their children; no other process.  SIGTERM, then SIGKILL for what is
+    left after ``timeout`` seconds.  Returns how many processes there were."""
+    import psutil
+
+    marker = str(temp_dir)
+    own = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any(marker in argument for argument in process.info["cmdline"] or []):
+            own.append(process)
+    family = {p.pid: p for p in own}
+    for process in own:
+        try:
+            family.update({child.pid: child for child in process.children(recursive=True)})
+        except psutil.NoSuchProcess:
+            pass
+    for process in family.values():
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(list(family.values()), timeout=timeout)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return len(family)

@@ -83,7 +83,7 @@ def test_a_gpu_worker_on_a_cluster_without_gpus_is_one_line_before_any_work(ray_
     assert not (tmp_path / "runs").exists() and not runs_of(f"sqlite:///{tmp_path}/mlflow.db", "syntax-nmt")[1]
 
 
-def test_train_cli_as_a_user_runs_it(demo_dataset, tmp_path):
+def test_train_cli_as_a_user_runs_it(own_cluster, demo_dataset, tmp_path):
     """`python -m platform.train` from the repository root, starting its own Ray."""
     result = run_module("platform.train", "--model", "transformer", *smoke_args(demo_dataset, tmp_path, "cli"), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -108,7 +108,7 @@ TWO_NODES = textwrap.dedent("""
 """)
 
 
-def test_a_sweep_uses_both_nodes_of_a_two_node_cluster(demo_dataset, tmp_path):
+def test_a_sweep_uses_both_nodes_of_a_two_node_cluster(own_cluster, demo_dataset, tmp_path):
     script = tmp_path / "two_nodes.py"
     script.write_text(TWO_NODES.format(root=str(ROOT), data=str(demo_dataset), tmp=str(tmp_path), port=free_port()))
     result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900)

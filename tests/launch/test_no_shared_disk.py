@@ -24,7 +24,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import ROOT, MotoServer, require_module
-from helpers import free_port, runs_of
+from helpers import end_ray_processes_under, free_port, runs_of
 
 BUCKET = "nmt"
 pytestmark = pytest.mark.slow
@@ -71,6 +71,9 @@ class HiddenNodeCluster:
     def __init__(self, hide: list[Path], env: dict[str, str], read_only: Path | None = None):
         self.hide, self.env, self.read_only = hide, env, read_only
         self.keep = Path(tempfile.mkdtemp(prefix="nmt-keep-venv-"))
+        # this cluster's own temporary directory: both nodes' processes name it (the worker node
+        # takes it from the head), so stop() ends exactly them, and no other Ray on the machine
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="nmt-ray-", dir="/tmp"))  # short: Ray's socket paths
         from ray._private.services import get_node_ip_address
 
         self.address = f"{get_node_ip_address()}:{free_port()}"
@@ -79,7 +82,8 @@ class HiddenNodeCluster:
     def start(self) -> dict:
         ray = str(Path(sys.executable).parent / "ray")
         port = self.address.rsplit(":", 1)[1]
-        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", "--dashboard-host=127.0.0.1",
+        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", f"--temp-dir={self.temp_dir}",
+                        "--dashboard-host=127.0.0.1",
                         f"--dashboard-port={free_port()}", "--disable-usage-stats"],
                        env=self.env, check=True, capture_output=True, timeout=180)
         script = hidden_node_script(self.hide, self.keep, self.address, num_cpus=4, read_only=self.read_only)
@@ -98,9 +102,10 @@ class HiddenNodeCluster:
         return found["sees"]
 
     def stop(self) -> None:
-        ray = str(Path(sys.executable).parent / "ray")
-        subprocess.run([ray, "stop", "--force"], env=self.env, capture_output=True, timeout=120)
+        """End this cluster's processes (by its temporary directory), not every Ray on the machine."""
+        end_ray_processes_under(self.temp_dir)
         shutil.rmtree(self.keep, ignore_errors=True)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
