@@ -86,12 +86,39 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
     assert cfg.flat_dict(original)["subwords.vocab_size"] == 1000
 
 
-def test_configs_are_frozen_and_keyword_only():
-    loaded = cfg.from_dict(Outer, {"name": "x"})
-    with pytest.raises(AttributeError):
-        loaded.name = "y"
-    with pytest.raises(TypeError):
-        Outer("x")  # noqa
+def config_classes() -> set[type]:
+    """Every config dataclass a run or a dataset is made of: TrainConfig and its sections, each
+    model's config, PrepareConfig and its sections."""
+    import dataclasses
+    import typing
+
+    from models import MODELS
+    from platform.training.config import TrainConfig
+
+    found, todo = set(), [TrainConfig, PrepareConfig, *(spec.config_class for spec in MODELS.values())]
+    while todo:
+        cls = todo.pop()
+        if cls in found:
+            continue
+        found.add(cls)
+        for hint in typing.get_type_hints(cls).values():
+            todo += [arg for arg in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(arg)]
+    return found
+
+
+def test_the_platforms_configs_are_frozen_and_keyword_only():
+    import dataclasses
+
+    from helpers import tiny_config
+
+    classes = config_classes()
+    assert len(classes) >= 9  # TrainConfig and its 4 sections, the 2 model configs, PrepareConfig and its subwords
+    for cls in classes:
+        assert cls.__dataclass_params__.frozen, f"{cls.__name__} is not frozen"
+        assert all(f.kw_only for f in dataclasses.fields(cls)), f"{cls.__name__} takes positional arguments"
+    config = tiny_config("dbsa")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.optim.lr = 1.0
 
 
 def test_validation_in_post_init_becomes_a_config_error():

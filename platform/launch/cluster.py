@@ -9,6 +9,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from platform import compat
 from platform.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +30,7 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
         return
+    compat.check()  # a Ray or MLflow that moved a private API the platform uses: said now, not mid-sweep
     with _on_loopback(address is None or on_loopback(address)):
         ray.init(**ray_init_kwargs(address, num_cpus), log_to_driver=log_to_driver, logging_level="WARNING")
 
@@ -38,9 +40,7 @@ def on_loopback(address: str) -> bool:
     last started here) names a cluster on this machine's loopback, as the local clusters
     ``start_ray`` starts are (``--address 127.0.0.1:PORT`` joins one)."""
     if address == "auto":
-        from ray._private.services import get_ray_address_from_environment
-
-        address = get_ray_address_from_environment("auto", None) or ""
+        address = compat.ray_address_from_environment()
     host = address.rsplit(":", 1)[0].strip("[]")
     return host in ("127.0.0.1", "localhost", "::1")
 
@@ -55,14 +55,8 @@ def _on_loopback(local: bool):
     another cluster later works as usual; the flag is read in this process only (the environment
     variable of the same meaning would reach ``ray start`` in child processes and stop worker
     nodes joining)."""
-    from ray._private import ray_constants
-
-    saved = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = saved and not local
-    try:
+    with compat.ray_single_machine(local):
         yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def ray_init_kwargs(address: str | None, num_cpus: int | None = None) -> dict:
@@ -75,7 +69,7 @@ def ray_init_kwargs(address: str | None, num_cpus: int | None = None) -> dict:
                                                   "env_vars": dict(RAY_TRAIN_ENV)}}
     if address is None:
         kwargs["dashboard_host"] = "127.0.0.1"
-        kwargs["_node_ip_address"] = "127.0.0.1"
+        kwargs[compat.NODE_IP_ADDRESS] = "127.0.0.1"
         if num_cpus is not None:
             kwargs["num_cpus"] = num_cpus
     return kwargs
@@ -191,9 +185,7 @@ def _autoscaler_ceiling() -> dict[str, float] | None:
     """The most the cluster's autoscaler can bring up (its node types × their max counts, what
     Ray itself reads from the GCS), or None without an autoscaler (a local or fixed cluster)."""
     try:
-        from ray._private.state import state
-
-        return state.get_max_resources_from_cluster_config() or None
+        return compat.autoscaler_ceiling()
     except Exception:  # noqa: BLE001 - an internal API: without it, what is up now is the limit
         return None
 

@@ -1,11 +1,8 @@
 """The sweep's searcher and scheduler: Optuna's TPE through Ray's ``OptunaSearch``, and ASHA.
 
-Every use of a Ray or Optuna internal that the sweep depends on lives here, checked when the
-searcher is built, so a Ray that moved one fails at start-up with its version named:
-
-- ``OptunaSearch._ot_study``, ``._ot_trials``, ``._completed_trials``: pruned trials are told to
-  Optuna as PRUNED (Ray tells them COMPLETE with their early value, which biases TPE), and the
-  study is read back for its export.
+The searcher reads OptunaSearch's private study and trials (``platform.compat``, checked when
+the searcher is built): pruned trials are told to Optuna as PRUNED (Ray tells them COMPLETE
+with their early value, which biases TPE), and the study is read back for its export.
 
 ASHA's rungs are kept across ``--resume`` with ASHA's own public ``save``/``restore``, carried
 inside the searcher's saved state (Ray saves and restores the searcher with the experiment, but
@@ -19,9 +16,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from platform import compat
 from platform.errors import UserError
 
-OPTUNA_SEARCH_INTERNALS = ("_ot_study", "_ot_trials", "_completed_trials")
 GRACE_PERIOD = 1  # epochs every trial runs before ASHA may stop it
 REDUCTION_FACTOR = 2  # 1 in 2 trials goes on at each rung
 
@@ -51,7 +48,7 @@ def make_searcher(space, seed: int, max_iterations: int, scheduler=None):
             super().__init__(*args, **kwargs)
             self.max_iterations = max_iterations
             self.scheduler = scheduler
-            check_internals(self)
+            compat.check_searcher(self)
 
         def save(self, checkpoint_path: str) -> None:
             scheduler = self.__dict__.pop("scheduler", None)
@@ -77,9 +74,9 @@ def make_searcher(space, seed: int, max_iterations: int, scheduler=None):
 
             stopped_early = (not error and result is not None
                              and result.get("training_iteration", 0) < self.max_iterations)
-            if not stopped_early or trial_id in self._completed_trials:
+            if not stopped_early or trial_id in compat.completed_trials(self):
                 return super().on_trial_complete(trial_id, result, error)
-            trial = self._ot_trials[trial_id]
+            trial = compat.optuna_trials(self)[trial_id]
             if self.metric in result:
                 # Tune passes the result that made ASHA stop the trial here, not to on_trial_result:
                 # Optuna keeps it as the pruned trial's last intermediate value (what TPE weighs);
@@ -87,22 +84,12 @@ def make_searcher(space, seed: int, max_iterations: int, scheduler=None):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     trial.report(result[self.metric], result["training_iteration"])
-            self._ot_study.tell(trial, state=TrialState.PRUNED)
-            self._completed_trials.add(trial_id)
+            compat.optuna_study(self).tell(trial, state=TrialState.PRUNED)
+            compat.completed_trials(self).add(trial_id)
 
     return PruneAwareOptunaSearch(space=space.define_by_run, metric=space.spec.metric, mode=space.spec.mode,
                                   points_to_evaluate=space.first_points(), seed=seed, max_iterations=max_iterations,
                                   scheduler=scheduler)
-
-
-def check_internals(searcher) -> None:
-    """A Ray whose OptunaSearch renamed what the searcher uses is an error naming the version."""
-    import ray
-
-    missing = [name for name in OPTUNA_SEARCH_INTERNALS if not hasattr(searcher, name)]
-    if missing:
-        raise RuntimeError(f"Ray {ray.__version__}'s OptunaSearch has no {', '.join(missing)}: the sweep's "
-                           f"searcher needs a Ray within pyproject.toml's tested range")
 
 
 def _scheduler_bytes(scheduler) -> bytes:
@@ -123,7 +110,7 @@ def _restore_scheduler(scheduler, state: bytes) -> None:
 
 def study_of(searcher):
     """The Optuna study a live searcher samples from."""
-    return searcher._ot_study
+    return compat.optuna_study(searcher)
 
 
 def saved_state(sweep_path: str):
@@ -143,12 +130,12 @@ def saved_state(sweep_path: str):
     if getattr(saved, "scheduler_state", None) is not None:
         scheduler = make_scheduler(1)  # its settings come back with its state
         _restore_scheduler(scheduler, saved.scheduler_state)
-    return getattr(saved, "_ot_study", None), scheduler
+    return compat.optuna_study(saved), scheduler
 
 
 def rungs(scheduler) -> dict[int, set[str]]:
     """ASHA's first bracket: {milestone epoch: the trial ids recorded there}."""
-    return {int(milestone): set(recorded) for milestone, recorded in scheduler._brackets[0]._rungs}
+    return {int(milestone): set(recorded) for milestone, recorded in compat.asha_rungs(scheduler)}
 
 
 def search_params(seed: int, max_epochs: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from platform import compat
 from platform.data.dataset import PreparedDataset
 from platform.tracking.logger import RunLogger
 from platform.tracking.system import node_sampler
@@ -71,11 +72,9 @@ def _quiet_report_dumps() -> None:
     console.  The metrics are in MLflow and in our own progress line; drop the dump."""
     import logging
 
-    try:
-        from ray.train.v2._internal.execution import context as train_context
-    except ImportError:  # another Ray Train: nothing to quiet
-        return
-    logging.getLogger(train_context.__file__).setLevel(logging.WARNING)
+    name = compat.train_report_logger()
+    if name is not None:  # else another Ray Train: nothing to quiet
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def _write_line(line: str) -> None:

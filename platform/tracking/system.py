@@ -17,18 +17,14 @@ from collections.abc import Callable
 def monitors() -> list:
     """MLflow's monitors for this machine: CPU and memory, disk, network, and a GPU's if
     ``nvidia-ml-py`` finds one."""
-    from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
-    from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
-    from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
-
     import psutil
 
-    psutil.cpu_percent()  # primes the CPU counter: the first sample then covers the first interval
-    found = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
-    try:
-        from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
+    from platform.compat import mlflow_monitor
 
-        found.append(GPUMonitor())
+    psutil.cpu_percent()  # primes the CPU counter: the first sample then covers the first interval
+    found = [mlflow_monitor(name)() for name in ("CPUMonitor", "DiskMonitor", "NetworkMonitor")]
+    try:
+        found.append(mlflow_monitor("GPUMonitor")())
     except Exception:  # noqa: BLE001 - no nvidia-ml-py, no driver or no GPU: CPU metrics only
         pass
     return found

@@ -1,0 +1,62 @@
+"""Private Ray, Optuna and MLflow APIs: all in ``platform/compat.py``, present in the installed
+versions, and named when one moves."""
+
+import re
+import tomllib
+
+import pytest
+
+from conftest import ROOT
+from platform import compat
+
+# a module path with a private part (ray._private, ray.train.v2._internal, mlflow.x._y), or the
+# private attributes of Ray's OptunaSearch / ASHA, a study's storage, ray.init's node address
+PRIVATE = re.compile(r"\b(ray|optuna|mlflow)(\.\w+)*\._\w+|\._ot_\w+|\._completed_trials|\._brackets|\._rungs"
+                     r"|\bstudy\._storage|_node_ip_address|\bsystem_metrics\.metrics")
+
+
+def test_no_module_but_compat_uses_a_private_api():
+    users = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for path in sorted((ROOT / "platform").rglob("*.py")) if path.name != "compat.py"
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if PRIVATE.search(line) and not line.lstrip().startswith("#")]
+    assert users == []
+
+
+def test_the_pattern_finds_what_it_is_for():
+    for line in ("from ray._private import services", "from ray.train.v2._internal.execution import context",
+                 "searcher._ot_study.tell(t)", "kwargs['_node_ip_address'] = ip", "scheduler._brackets[0]",
+                 "from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor"):
+        assert PRIVATE.search(line), line
+    assert not PRIVATE.search("from ray.tune.search.optuna import OptunaSearch")
+
+
+def test_the_installed_versions_have_every_private_api_used():
+    assert compat.missing() == []
+    compat.check()
+
+
+def test_a_moved_api_is_named_with_the_versions_checked_against(monkeypatch):
+    monkeypatch.setattr(compat, "MODULE_ATTRIBUTES", [*compat.MODULE_ATTRIBUTES, ("ray._private.services", "gone_fn"),
+                                                      ("ray._no_such_module", "x")])
+    with pytest.raises(RuntimeError) as moved:
+        compat.check()
+    message = str(moved.value)
+    assert "(ray._private.services.gone_fn, ray._no_such_module)" in message
+    assert "checked against ray 2.60.0, optuna 5.0.0, mlflow 3.17.2" in message
+    with pytest.raises(RuntimeError, match=r"\(OptunaSearch._ot_study, OptunaSearch._ot_trials, "
+                                           r"OptunaSearch._completed_trials\)"):
+        compat.check_searcher(object())
+
+
+def test_the_bounds_and_the_constraints_agree_with_the_versions_checked_against():
+    """pyproject.toml caps each library below the next minor of the version checked against, and
+    constraints.txt (what CI installs with) pins exactly that version."""
+    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    for name, version in compat.CHECKED_AGAINST.items():
+        major, minor, _ = (int(part) for part in version.split("."))
+        spec = next(d for d in dependencies if re.match(rf"{name}\b", d))
+        assert f"<{major}.{minor + 1}" in spec, spec
+        assert pins[name] == version
