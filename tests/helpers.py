@@ -96,7 +96,7 @@ def assert_full_binary_tree(parent, n: int, width: int | None = None) -> None:
     assert all(children[node] == (2 if node >= width else 0) for node in nodes), parent
 
 
-def end_ray_processes_under(temp_dir: str | Path, timeout: float = 60.0) -> int:
+def end_ray_processes_under(temp_dir: str | Path, timeout: float = 15.0) -> int:
     """End the Ray processes of the cluster started with ``--temp-dir temp_dir`` (every node of
     it on this machine: their raylets, GCS, dashboard and monitors name the directory on their
     command lines) and all their children; no other process.  SIGTERM, then SIGKILL for what is
@@ -119,7 +119,7 @@ def end_ray_processes_under(temp_dir: str | Path, timeout: float = 60.0) -> int:
             process.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(list(family.values()), timeout=timeout)
+    _, alive = psutil.wait_procs(list(family.values()), timeout=timeout)  # then SIGKILL, as ray stop does
     for process in alive:
         try:
             process.kill()

@@ -87,12 +87,15 @@ def _ddp_fit(worker, workers: int, config, dataset_dir: Path, storage: str, sett
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from platform.launch.process_group import NodeBoundTorchConfig
+
     cpus = settings.ddp_threads
     trainer = TorchTrainer(
         worker,
         train_loop_config={"config": config, "dataset_dir": str(dataset_dir), "threads": cpus,
                            "warmup": settings.ddp_warmup, "steps": settings.ddp_steps},
         scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": cpus}),
+        torch_config=NodeBoundTorchConfig(),  # as platform.train trains
         run_config=ray.train.RunConfig(name=f"bench-ddp-{workers}-{uuid.uuid4().hex[:6]}", storage_path=storage,
                                        logging_config=ray.train.LoggingConfig(log_level="ERROR")))
     started = time.time()

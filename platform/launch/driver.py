@@ -74,6 +74,8 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
     import ray.train
     from ray.train.torch import TorchTrainer
 
+    from platform.launch.process_group import NodeBoundTorchConfig
+
     use_gpu = job.gpus_per_worker > 0
     resources = {"CPU": job.cpus_per_worker, **({"GPU": job.gpus_per_worker} if use_gpu else {})}
     trainer = TorchTrainer(
@@ -82,6 +84,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
                            "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
                            "started_at": job.started_at},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
+        torch_config=NodeBoundTorchConfig(),  # the process group listens on the node address only
         run_config=ray.train.RunConfig(
             name=job.run_name, storage_path=str(job.storage_path),
             failure_config=ray.train.FailureConfig(max_failures=job.max_failures),

@@ -52,3 +52,33 @@ def test_a_local_cluster_listens_on_loopback_only(ray_cluster, tmp_path):
     exposed = [(address, owner) for address, owner in sockets
                if not address.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:"))]
     assert not exposed, f"listening beyond loopback: {exposed}"
+
+
+def test_two_worker_training_listens_on_loopback_only(ray_cluster, demo_dataset, tmp_path):
+    """Every listening socket of the cluster's processes, sampled all through a real 2-worker
+    training: torch's store on rank 0 and gloo's pairs included, none beyond loopback (Ray
+    Train's own set-up served the store on ``*:port``)."""
+    import threading
+    import time
+
+    from platform import train
+
+    seen: set[tuple[str, str]] = set()
+    outcome = {}
+
+    def training():
+        outcome["code"] = train.main(["--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
+                                      "--data", str(demo_dataset), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                                      "--storage-path", str(tmp_path / "runs"), "--max-failures", "0"])
+
+    thread = threading.Thread(target=training)
+    thread.start()
+    while thread.is_alive():
+        seen.update(listening(descendants(os.getpid())))
+        time.sleep(0.5)  # light: on 2 cores a busier loop slows the workers' start past Ray's timeout
+    assert outcome.get("code") == 0
+    train_workers = {address for address, owner in seen if "RayTrainWo" in owner}
+    assert train_workers, f"no Train worker was seen listening: {sorted(seen)}"  # the samples covered training
+    exposed = sorted((address, owner) for address, owner in seen
+                     if not address.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:")))
+    assert not exposed, f"listening beyond loopback: {exposed}"
