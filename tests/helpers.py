@@ -119,7 +119,7 @@ def end_ray_processes_under(temp_dir: str | Path, timeout: float = 15.0) -> int:
             process.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(list(family.values()), timeout=timeout)  # then SIGKILL, as ray stop does
+    _, alive = psutil.wait_procs(list(family.values()), timeout=timeout)  # then SIGKILL, as Ray's own stop command does
     for process in alive:
         try:
             process.kill()

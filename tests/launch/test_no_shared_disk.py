@@ -74,7 +74,7 @@ class HiddenNodeCluster:
         # this cluster's own temporary directory: both nodes' processes name it (the worker node
         # takes it from the head), so stop() ends exactly them, and no other Ray on the machine
         self.temp_dir = Path(tempfile.mkdtemp(prefix="nmt-ray-", dir="/tmp"))  # short: Ray's socket paths
-        from ray._private.services import get_node_ip_address
+        from ray.util import get_node_ip_address
 
         self.address = f"{get_node_ip_address()}:{free_port()}"
         self.head = self.worker = ""
