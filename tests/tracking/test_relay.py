@@ -1,22 +1,38 @@
 """The MLflow relay actor stays up while the process that started it runs, whoever looks it up."""
 
 import gc
-import time
 
+from conftest import wait_for
 from platform.tracking import store
 
 
+def actor_state(name: str) -> str | None:
+    """The state Ray's state API gives the named actor (None if it has none)."""
+    from ray.util.state import list_actors
+
+    found = list_actors(filters=[("name", "=", name)], limit=10, timeout=10)
+    return found[0].state if found else None
+
+
 def test_the_relay_outlives_the_handle_its_starter_dropped(ray_cluster, tmp_path):
+    """A control actor made like the relay, whose handle nobody keeps, shows when Ray tears such
+    an actor down; the relay must still answer after that, not merely some seconds later."""
     ray = ray_cluster
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     store.start_relay(uri)  # the handle is dropped at once, as the CLIs do
+    control_name = f"nmt-control-{tmp_path.name}"
+    control = ray.remote(num_cpus=0)(store.MlflowRelay).options(name=control_name).remote(
+        f"sqlite:///{tmp_path}/control.db")  # a store of its own: two first users of one sqlite file race
+    ray.get(control.call.remote("search_experiments"))  # up and answering
+    del control
     gc.collect()
-    time.sleep(3)
+    wait_for(lambda: actor_state(control_name) == "DEAD", 60, "Ray to tear down an actor whose handle was dropped")
 
     @ray.remote(num_cpus=0)
     def look_up(uri):  # a trial or a Train worker, in another process
         relay = store._find_relay(uri)
         return relay is not None and ray.get(relay.call.remote("search_experiments")) is not None
 
+    assert actor_state(store.relay_name(uri)) == "ALIVE"
     assert ray.get(look_up.remote(uri)), "the relay was torn down when its starter dropped the handle"
     assert store.start_relay(uri) is not None  # and starting it again finds it
