@@ -122,23 +122,22 @@ def decode(args) -> dict:
 
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     cpu = {name: subprocess.Popen(command(name, "cpu"), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for name in names}
+                                  stderr=subprocess.PIPE, text=True) for name in names}
+    cuda = {name: subprocess.run(command(name, "cuda"), cwd=ROOT, capture_output=True, text=True) for name in names}
     results = {}
-    for name in names:
-        cuda = subprocess.run(command(name, "cuda"), cwd=ROOT, capture_output=True, text=True)
-        results[name] = {"cuda_rc": cuda.returncode, "cuda_tail": (cuda.stdout + cuda.stderr)[-600:]}
     for name, process in cpu.items():
-        text, _ = process.communicate()
-        results[name].update(cpu_rc=process.returncode, cpu_tail=text[-600:])
-        if process.returncode or results[name]["cuda_rc"]:
-            print(f"{name}: failed\n{results[name]}", flush=True)
+        stdout, stderr = process.communicate()
+        finished = {"cpu": subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr),
+                    "cuda": cuda[name]}
+        failed = {d: run.stderr[-600:] for d, run in finished.items() if run.returncode}
+        if failed:  # platform.evaluate prints its scores as JSON on stdout, the rest on stderr
+            results[name] = {"failed": failed}
+            print(f"{name}: failed\n{failed}", flush=True)
             continue
+        scores = {d: json.loads(run.stdout) for d, run in finished.items()}
         hyp = {d: (out / f"{name}.{d}.hyp").read_text().splitlines() for d in ("cpu", "cuda")}
         differ = [i for i, (x, y) in enumerate(zip(hyp["cpu"], hyp["cuda"])) if x != y]
-        scores = {d: json.loads(results[name][f"{d}_tail"][results[name][f"{d}_tail"].index("{"):
-                                                         results[name][f"{d}_tail"].index("}") + 1])
-                  for d in ("cpu", "cuda")}
-        results[name].update(sentences=len(hyp["cpu"]), differ=len(differ), examples=[
+        results[name] = dict(sentences=len(hyp["cpu"]), differ=len(differ), examples=[
             {"cpu": hyp["cpu"][i], "cuda": hyp["cuda"][i]} for i in differ[:3]], scores=scores)
         print(f"{name:<16} {len(differ)} of {len(hyp['cpu'])} hypotheses differ; "
               f"BLEU cpu {scores['cpu'].get('test_bleu')} cuda {scores['cuda'].get('test_bleu')}", flush=True)
