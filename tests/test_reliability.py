@@ -208,7 +208,7 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
         logger.text("hypotheses of epoch 2\n", "dev_hypotheses/epoch_002.txt")
         logger.metrics({"dev_bleu": 3.0}, step=3)
         logger.tag("best_epoch", "3")  # sent after the "2" above, or the store would end up saying 2
-        assert time.monotonic() - began < 1.0 and logger.waited_s < 1.0
+        assert time.monotonic() - began < 1.0
         assert not logger.drain(5) and len(logger.pending) >= 3  # nothing got through
         server.start()
         logger.metrics({"dev_bleu": 4.0}, step=4)  # queued behind the others

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     finally:
         if system is not None:
             system.stop()
-        if node_logger is not None and node_logger is not hooks.logger:
+        if node_logger is not None and (hooks.logger is None or node_logger is not hooks.logger.inner):
             node_logger.close()
         if hooks.logger is not None:
             hooks.logger.close()  # a last try at what an outage held back; says what is lost
@@ -61,7 +62,8 @@ def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
 
     if ray.train.get_context().get_local_rank() != 0:
         return None, None
-    logger = hooks.logger or RunLogger(loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True)
+    logger = hooks.logger.inner if hooks.logger is not None else RunLogger(
+        loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True)  # its own thread: not rank 0's held time
     return node_sampler(logger, _platform.node(), loop.get("system_metrics_interval_s", 10.0)), logger
 
 
@@ -83,13 +85,38 @@ def _write_line(line: str) -> None:
     sys.stdout.flush()
 
 
+class HeldTime:
+    """Rank 0's ``RunLogger`` as the training thread sees it: the wall time of every call into it
+    (making it, writes, reads, drains) is added up in ``held_s``, measured here around the call,
+    whatever the logger does inside.  Other threads (the system-metrics sampler) use ``inner``."""
+
+    def __init__(self, make):
+        began = time.monotonic()
+        self.inner = make()
+        self.held_s = time.monotonic() - began
+
+    def __getattr__(self, name: str):
+        value = getattr(self.inner, name)
+        if not callable(value):
+            return value
+
+        def timed(*args, **kwargs):
+            began = time.monotonic()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.held_s += time.monotonic() - began
+
+        return timed
+
+
 class RayHooks:
     """Ray Train around ``fit``: DDP wrapping, checkpoints through ``ray.train.report``,
     resuming from ``ray.train.get_checkpoint()``, and rank 0's MLflow logging."""
 
     def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str):
         self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
-        self.logger = RunLogger(tracking_uri, run_id) if rank == 0 else None
+        self.logger = HeldTime(lambda: RunLogger(tracking_uri, run_id)) if rank == 0 else None
         if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
             import platform as _platform
 
@@ -121,16 +148,8 @@ class RayHooks:
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
             self.logger.tag("restarts", str(restarts))
             self.logger.tag("resumed_from_epoch", str(state["progress"]["epoch"]))
-            self._relog_missing_epochs()
+            self.logger.missing_metrics(self.history, "epoch")  # what an outage kept from MLflow before the failure
         return state
-
-    def _relog_missing_epochs(self) -> None:
-        """Epochs in the checkpoint whose metrics never reached MLflow (an outage before the
-        failure) are logged now, so the run's curves have no gap."""
-        logged = self.logger.metric_steps("epoch") or set()  # unreachable: relog all, the logger queues them
-        for metrics in self.history:
-            if int(metrics["epoch"]) not in logged:
-                self.logger.metrics(metrics, step=int(metrics["epoch"]))
 
     def diverged(self, reason: str) -> None:
         if self.logger is not None:
@@ -199,8 +218,8 @@ class RayHooks:
                 self._log_mlflow_model(best)
             for path in epoch_files(self.workdir / LAST_EPOCHS):  # for evaluate --average-last
                 self.logger.artifact(path, LAST_EPOCHS)
-            # how long MLflow held training up (the sender thread's own waits excluded): ~0 by design
-            self.logger.metrics({"tracking_wait_s": self.logger.waited_s}, step=len(self.history))
+            # how long rank 0's calls into MLflow held training up, timed around each call: ~0 by design
+            self.logger.metrics({"tracking_wait_s": self.logger.held_s}, step=len(self.history))
 
     def _log_mlflow_model(self, best: Path) -> None:
         """A training that finished stays finished if MLflow cannot save its model: the

@@ -10,7 +10,7 @@ from typing import Any
 
 from platform.tracking import model
 from platform.tracking.artifacts import files_of, upload_bytes
-from platform.tracking.store import client, log_metrics, metric_steps, on_client, run_tags, server_down
+from platform.tracking.store import client, log_metrics, log_missing_metrics, metric_steps, on_client, run_tags, server_down
 
 
 class RunLogger:
@@ -27,8 +27,7 @@ class RunLogger:
     lost.  During an outage the sender first asks an HTTP server's ``/health`` (5 s) before it
     sends again, so a store that is still down costs seconds, not MLflow's retries.  Reads
     (``get_tag``, ``metric_steps``) wait at most ``READ_WAIT_S`` and count as unset when the
-    store does not answer.  ``waited_s`` is how long callers were held up, reads and ``close``
-    included.  For a CLI (``keep_going=False``) every call is sent at once and any failure raises."""
+    store does not answer.  For a CLI (``keep_going=False``) every call is sent at once and any failure raises."""
 
     RETRY_AFTER_S = 60.0  # during an outage, new calls queue up without an attempt for this long
     READ_WAIT_S = 10.0  # how long a read may hold the caller
@@ -41,7 +40,6 @@ class RunLogger:
         self.tracking_uri, self.run_id = tracking_uri, run_id
         self.client = client(tracking_uri)
         self.pending: list[tuple[str, Callable[[], Any]]] = []
-        self.waited_s = 0.0
         self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none pending)
         self._outage = False  # the last attempt failed: probe before sending again
         self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
@@ -62,6 +60,15 @@ class RunLogger:
         values = {key: float(value) for key, value in metrics.items()}
         self._call(f"metrics of step {step}", lambda: on_client(self.client, log_metrics, self.run_id, values, step, now))
 
+    def missing_metrics(self, history: list[dict[str, float]], key: str) -> None:
+        """Log the entries of ``history`` (step = their ``key``) that the run does not have yet:
+        what an outage kept from a worker that then died.  Which ones is decided when the call
+        is sent, in order with the rest, so a store that is down now holds nobody up and gets
+        nothing twice once it is back."""
+        entries = [{name: float(value) for name, value in metrics.items()} for metrics in history]
+        now = int(time.time() * 1000)
+        self._call(f"missed {key}s", lambda: on_client(self.client, log_missing_metrics, self.run_id, key, entries, now))
+
     def tag(self, key: str, value: str) -> None:
         self._call(f"tag {key}", lambda: self.client.set_tag(self.run_id, key, value))
 
@@ -78,7 +85,7 @@ class RunLogger:
     def _read(self, what: str, call: Callable[[], Any]) -> Any:
         """``call()`` in a helper thread, waited for at most ``READ_WAIT_S`` (None after that, or
         on an error): a read never holds training for MLflow's minutes of retries."""
-        began, box = time.monotonic(), {}
+        box = {}
 
         def read() -> None:
             try:
@@ -89,7 +96,6 @@ class RunLogger:
         reader = threading.Thread(target=read, name=f"mlflow-read-{self.run_id[:8]}", daemon=True)
         reader.start()
         reader.join(self.READ_WAIT_S if self.keep_going else None)
-        self.waited_s += time.monotonic() - began
         if "value" in box:
             return box["value"]
         reason = _one_line(box["error"]) if "error" in box else f"no answer in {self.READ_WAIT_S:.0f} s"
@@ -177,7 +183,6 @@ class RunLogger:
     def close(self) -> list[str]:
         """Let the sender finish (at most ``CLOSE_WAIT_S``), make a last try; returns (and warns
         about) what could not be logged."""
-        began = time.monotonic()
         if self._sender is not None:
             self.drain(self.CLOSE_WAIT_S)
             self._closing = True
@@ -192,11 +197,9 @@ class RunLogger:
             lost = [what for what, _ in self.pending]
         if lost:
             _warn(f"MLflow stayed unreachable: not logged to run {self.run_id}: {', '.join(lost)}")
-        self.waited_s += time.monotonic() - began
         return lost
 
     def _call(self, what: str, call: Callable[[], Any], replaces: bool = False) -> None:
-        began = time.monotonic()
         if self._fatal is not None:
             raise self._fatal
         with self._lock:
@@ -207,7 +210,6 @@ class RunLogger:
             self.flush()
         else:
             self._wake.set()
-        self.waited_s += time.monotonic() - began
 
     def _remove(self, entry) -> None:
         with self._lock:

@@ -90,6 +90,16 @@ def metric_steps(mlflow_client, run_id: str, key: str) -> list[int]:
     return [int(metric.step) for metric in mlflow_client.get_metric_history(run_id, key)]
 
 
+def log_missing_metrics(mlflow_client, run_id: str, key: str, history: list[dict[str, float]], timestamp_ms: int) -> list[int]:
+    """Log each entry of ``history`` (step = its ``key``) whose step the run's ``key`` lacks;
+    returns the steps logged.  One call, so it runs as one in the relay."""
+    have = set(metric_steps(mlflow_client, run_id, key))
+    missing = [metrics for metrics in history if int(metrics[key]) not in have]
+    for metrics in missing:
+        log_metrics(mlflow_client, run_id, metrics, int(metrics[key]), timestamp_ms)
+    return [int(metrics[key]) for metrics in missing]
+
+
 # ------------------------------------------------------------------------------ the relay
 # A store only the driver's machine can reach — an sqlite file, or a server bound to
 # 127.0.0.1 as on the ray_cluster.yaml head — is written through one Ray actor pinned to the
