@@ -33,10 +33,10 @@ def test_the_purity_check_catches_an_orchestration_import(tmp_path):
 
 def test_ray_cluster_yaml_passes_rays_own_schema():
     import yaml
-    from ray.autoscaler._private.util import prepare_config, validate_config
+    from platform.compat import validate_cluster_config
 
     config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
-    validate_config(prepare_config(config))  # raises on an unknown or malformed field
+    validate_cluster_config(config)  # raises on an unknown or malformed field
     commands = " ".join(config["head_start_ray_commands"])
     assert "mlflow server" in commands and "--host 127.0.0.1" in commands and "--dashboard-host=127.0.0.1" in commands
     assert "0.0.0.0" not in (ROOT / "ray_cluster.yaml").read_text()  # nothing listens on all interfaces
@@ -148,8 +148,7 @@ def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
     """The run-time directories (./data, ./runs, ./mlruns) are ignored, excluded from Ray's
     working_dir upload and from ``ray up``'s rsync; the code package ``platform/data`` is none of them."""
     import yaml
-    from ray._private.thirdparty.pathspec import PathSpec  # what Ray matches excludes and .gitignore with
-
+    from platform.compat import ray_path_spec  # what Ray matches excludes and .gitignore with
     from platform.launch.cluster import RUNTIME_EXCLUDES
 
     code = [p.relative_to(ROOT).as_posix() for d in ("platform", "models", "search_spaces") for p in (ROOT / d).rglob("*.py")]
@@ -158,7 +157,7 @@ def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
     gitignore = (ROOT / ".gitignore").read_text().splitlines()
     for what, patterns in (("RUNTIME_EXCLUDES", RUNTIME_EXCLUDES), (".gitignore", gitignore),
                            ("rsync_exclude", cluster["rsync_exclude"])):
-        spec = PathSpec.from_lines("gitwildmatch", patterns)
+        spec = ray_path_spec(patterns)
         assert [f for f in code if spec.match_file(f)] == [], what
         assert spec.match_file("data/demo/train.parquet") and spec.match_file("runs/sweep/x"), what
 

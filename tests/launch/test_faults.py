@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT, MlflowServer, wait_for
 from helpers import runs_of, sweep_args
 from platform import train, tune
+from platform.compat import train_worker_pids
 from platform.launch.cluster import cluster_records
 from platform.launch.searcher import rungs, saved_state
 
@@ -33,23 +34,6 @@ def alive_train_workers() -> list[int]:
     actors = list_actors(address=address, filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
                          raise_on_missing_output=False)
     return sorted(actor.pid for actor in actors)
-
-
-def worker_pids_by_rank() -> dict[int, int]:
-    """{world rank: pid} of the running attempt's live workers, from Ray Train's own state actor
-    (``RAY_TRAIN_ENABLE_STATE_TRACKING=1`` in the driver)."""
-    import ray
-    from ray.train.v2._internal.state.state_actor import get_state_actor
-
-    actor = get_state_actor()
-    if actor is None:
-        return {}
-    found = {}
-    for attempts in ray.get(actor.get_train_run_attempts.remote()).values():
-        for attempt in attempts.values():
-            if attempt.status.value == "RUNNING":
-                found.update({w.world_rank: w.pid for w in attempt.workers if w.status is None or w.status.value == "ALIVE"})
-    return found
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -71,13 +55,13 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
             # registered by Ray (in its snapshot), not merely being copied into storage
             snapshot = storage / "victim" / "checkpoint_manager_snapshot.json"
             wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text(), 300, "the first checkpoint")
-            pids = wait_for(lambda: (p := worker_pids_by_rank()) and len(p) == 2 and p, 60, "two live workers")
+            pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 60, "two live workers")
             assert sorted(pids.values()) == alive_train_workers()
             time.sleep(0.5)  # into epoch 2
             os.kill(pids[rank], signal.SIGKILL)
             killed.append(pids[rank])
             # while training goes on: a new worker group, none of the old processes in it
-            restarted.append(wait_for(lambda: (p := worker_pids_by_rank()) and len(p) == 2
+            restarted.append(wait_for(lambda: (p := train_worker_pids()) and len(p) == 2
                                       and not set(p.values()) & set(pids.values()) and p, 120, "the new worker group"))
         except BaseException as error:  # noqa: BLE001 - reported by the test below
             failures.append(error)
@@ -137,9 +121,9 @@ def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cl
             wait_for(epoch_1_logged, 300, "epoch 1 in MLflow", poll=0.2)
             server.stop()
             wait_for(lambda: latest_checkpoint_epoch(snapshot) >= 2, 300, "epoch 2's checkpoint", poll=0.1)
-            pids = wait_for(lambda: (p := worker_pids_by_rank()) and len(p) == 2 and p, 60, "two live workers", poll=0.1)
+            pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 60, "two live workers", poll=0.1)
             os.kill(pids[0], signal.SIGKILL)
-            wait_for(lambda: (p := worker_pids_by_rank()) and len(p) == 2 and not set(p.values()) & set(pids.values()),
+            wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and not set(p.values()) & set(pids.values()),
                      120, "the new worker group")
             server.start()
         except BaseException as error:  # noqa: BLE001 - reported by the test below

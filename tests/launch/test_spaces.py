@@ -112,24 +112,6 @@ def test_dry_run_and_unknown_space_on_the_command_line():
     assert bad.returncode == 2 and "unknown search space 'nope'" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_a_ray_whose_optuna_searcher_changed_is_named_at_start(monkeypatch):
-    """The internals PruneAwareOptunaSearch relies on, checked loudly (as a newer Ray would fail)."""
-    from ray.tune.search.optuna import OptunaSearch
-
-    space = load_space("gumbel", "sweep")
-    make_searcher(space, seed=0, max_iterations=4)  # this Ray: fine
-    original = OptunaSearch.__init__
-
-    def renamed(self, *args, **kwargs):  # a Ray that renamed _ot_trials
-        original(self, *args, **kwargs)
-        del self._ot_trials
-
-    monkeypatch.setattr(OptunaSearch, "__init__", renamed)
-    with pytest.raises(RuntimeError, match=r"lack what the platform uses \(OptunaSearch\._ot_trials\); it was checked "
-                                           r"against ray 2\.60\.0"):
-        make_searcher(space, seed=0, max_iterations=4)
-
-
 def _asha(max_epochs: int):
     from platform.launch.searcher import make_scheduler
 
