@@ -38,6 +38,9 @@ class TransformerConfig:
     attention_dropout: float = 0.0
     pre_norm: bool = False  # the paper is post-LN
     tie_target_embeddings: bool = True  # decoder input embedding = output projection
+    # token embeddings (the tied output layer too): "normal" N(0, D^-1/2) as fairseq (the DBSA
+    # authors' code), "xavier" uniform as JoeyNMT; Vaswani et al. state none (docs/performance.md)
+    embed_init: Literal["normal", "xavier"] = "normal"
     absolute_positions: bool = True  # sinusoidal; relative models may switch them off
     # Shaw et al. 2018: relative positions in encoder and decoder self-attention
     use_rel: bool = False
@@ -172,7 +175,7 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else nn.Identity()
         self.generator = nn.Linear(config.d_model, tgt_vocab, bias=False)
-        _init_weights(self, config.d_model)
+        _init_weights(self, config.d_model, config.embed_init)
         if config.tie_target_embeddings:
             self.generator.weight = self.tgt_embed.tokens.weight
         for module in self.modules():
@@ -254,11 +257,15 @@ class Transformer(nn.Module):
         return log_probs, DecoderState(caches=state.caches, step=state.step + 1)
 
 
-def _init_weights(model: nn.Module, d_model: int) -> None:
-    """Xavier-uniform matrices, zero biases, N(0, D^-1/2) embeddings (as fairseq); in one place."""
+def _init_weights(model: nn.Module, d_model: int, embed_init: str = "normal") -> None:
+    """Xavier-uniform matrices, zero biases; token embeddings N(0, D^-1/2) (fairseq) or
+    Xavier-uniform (JoeyNMT), their padding row zero; in one place."""
     for name, parameter in model.named_parameters():
         if "tokens.weight" in name:
-            nn.init.normal_(parameter, mean=0.0, std=d_model ** -0.5)
+            if embed_init == "xavier":
+                nn.init.xavier_uniform_(parameter)
+            else:
+                nn.init.normal_(parameter, mean=0.0, std=d_model ** -0.5)
             with torch.no_grad():
                 parameter[0].zero_()  # the padding embedding
         elif parameter.dim() >= 2:

@@ -126,3 +126,13 @@ def end_ray_processes_under(temp_dir: str | Path, timeout: float = 15.0) -> int:
         except psutil.NoSuchProcess:
             pass
     return len(family)
+
+
+def benchmark_module(name: str):
+    """``benchmarks/<name>.py`` imported as a module (``benchmarks/`` is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -4,7 +4,8 @@
 column), so a batch is gathered with a few slices.  ``ShardedBatches`` decides the batches:
 
 1. per epoch, a generator seeded by ``(seed, epoch)`` shuffles the examples, and a stable sort
-   by length groups similar lengths (ties stay shuffled);
+   by length groups similar lengths (ties stay shuffled; ``sort_by_length: false`` leaves the
+   shuffled order, so each batch is a random sample);
 2. consecutive examples are packed while ``num_sentences × (longest + 1)`` stays within
    ``max_tokens`` (the +1 is the BOS/EOS a model adds) and, where set, the batch has at most
    ``max_sentences`` (papers that count their batches in sentences); an example longer than
@@ -159,6 +160,10 @@ class BatchingConfig:
     max_length: int | None = None  # train only on pairs of at most this many subwords a side
     update_freq: int = 1  # batches accumulated per update (with global_tokens: chosen, leave 1)
     global_tokens: int | None = None  # tokens per update over all ranks, independent of the workers
+    # True: each batch holds one length (the least padding: the fastest tokens/s); False: each
+    # batch is a random sample of the split, as JoeyNMT's, which learns more per update at
+    # about half the CPU tokens/s (padding; docs/performance.md "Learning per update")
+    sort_by_length: bool = True
     shuffle: bool = True
     seed: int = 1
 
@@ -207,7 +212,8 @@ class ShardedBatches:
         """All ranks' batches of ``epoch`` (arrays of example indices), before sharding."""
         rng = np.random.default_rng([self.config.seed, epoch])
         order = rng.permutation(len(self.lengths)) if self.config.shuffle else np.arange(len(self.lengths))
-        order = order[np.argsort(self.lengths[order], kind="stable")]
+        if self.config.sort_by_length:
+            order = order[np.argsort(self.lengths[order], kind="stable")]
         if self.config.max_length is not None:
             order = order[self.lengths[order] <= self.config.max_length]
         batches = _pack(order, self.lengths, self.max_tokens, self.config.max_sentences)
@@ -252,14 +258,16 @@ class ShardedBatches:
         return {"epoch": self.epoch, "next_batch": self.next_batch, "seed": self.config.seed,
                 "world_size": self.world_size, "num_examples": len(self.lengths),
                 "max_tokens": self.max_tokens, "update_freq": self.update_freq,
-                "max_sentences": self.config.max_sentences, "max_length": self.config.max_length}
+                "max_sentences": self.config.max_sentences, "max_length": self.config.max_length,
+                "sort_by_length": self.config.sort_by_length}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         expected = {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths),
                     "max_tokens": self.max_tokens, "update_freq": self.update_freq,
-                    "max_sentences": self.config.max_sentences, "max_length": self.config.max_length}
-        older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq,  # checkpoints before accumulation
-                 "max_sentences": None, "max_length": None}  # and before sentence batches
+                    "max_sentences": self.config.max_sentences, "max_length": self.config.max_length,
+                    "sort_by_length": self.config.sort_by_length}
+        older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq,  # checkpoints before accumulation,
+                 "max_sentences": None, "max_length": None, "sort_by_length": True}  # sentence batches, random ones
         for key, value in expected.items():
             if state.get(key, older.get(key)) != value:
                 raise ValueError(f"cannot restore batch position: saved {key}={state.get(key)!r}, now {value!r}")

@@ -2,22 +2,18 @@
 layer (a URI is prepared and published, never a local directory named after it), and the
 Transformer rows are also scored on averaged weights, as Vaswani et al. evaluate."""
 
-import importlib.util
 import os
 
 import pytest
 
-from conftest import ROOT
+from helpers import benchmark_module
 from platform.data import dataset as ds
 from platform.data import storage
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("study", ROOT / "benchmarks" / "study.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("study")
 
 
 @pytest.fixture(scope="module")

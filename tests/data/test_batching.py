@@ -154,3 +154,30 @@ def test_a_training_length_limit_leaves_out_exactly_the_longer_pairs(examples):
 def test_a_batch_needs_a_token_or_a_sentence_cap():
     with pytest.raises(ValueError, match="max_tokens, max_sentences or both"):
         BatchingConfig(max_tokens=None)
+
+
+def test_unsorted_batches_are_random_samples_that_still_cover_every_example_once(examples):
+    """``sort_by_length: false`` (JoeyNMT's batches): a batch spans as much of the length range
+    as a random sample of its size, within the token budget, each example once per epoch."""
+    (sorted_,) = shards(examples, 1, max_tokens=800)
+    (random_,) = shards(examples, 1, max_tokens=800, sort_by_length=False)
+    lengths = random_.lengths
+
+    def spread(sampler):
+        return np.mean([np.ptp(lengths[batch]) for batch in sampler.batches(0) if len(batch) > 1])
+
+    assert spread(random_) > 5 * spread(sorted_)
+    assert all(len(b) == 1 or len(b) * (lengths[b].max() + 1) <= 800 for b in random_.batches(0))
+    for world_size in (1, 3):
+        ranks = shards(examples, world_size, max_tokens=800, sort_by_length=False)
+        seen = np.concatenate([batch for r in ranks for batch in r.batches(1)])
+        assert np.array_equal(np.sort(seen), np.arange(len(examples)))
+
+
+def test_a_checkpoint_resumes_only_with_its_own_batch_order(examples):
+    state = ShardedBatches(examples, BatchingConfig(sort_by_length=False)).state_dict()
+    with pytest.raises(ValueError, match="sort_by_length"):
+        ShardedBatches(examples, BatchingConfig()).load_state_dict(state)
+    older = {key: value for key, value in ShardedBatches(examples, BatchingConfig()).state_dict().items()
+             if key != "sort_by_length"}  # a checkpoint from before the setting: sorted batches
+    ShardedBatches(examples, BatchingConfig()).load_state_dict(older)

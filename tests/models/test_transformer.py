@@ -130,3 +130,25 @@ def test_pre_norm_and_untied_embeddings_build_and_run():
     model = tiny_model("transformer", pre_norm=True, tie_target_embeddings=False, absolute_positions=False)
     assert model.generator.weight is not model.tgt_embed.tokens.weight
     assert model(random_source([3]), random_target(1, 3)).logits.shape == (1, 3, TGT_VOCAB)
+
+
+@pytest.mark.parametrize("embed_init", ["normal", "xavier"])
+def test_token_embeddings_start_as_configured_with_a_zero_padding_row(embed_init):
+    """fairseq's N(0, D^-1/2) or JoeyNMT's Xavier-uniform (±√(6 / (V + D))), for both sides and
+    the tied output layer."""
+    import math
+
+    from models.transformer import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    config = TransformerConfig(num_encoder_layers=1, num_decoder_layers=1, d_model=128, num_heads=4, d_ff=256,
+                               embed_init=embed_init)
+    model = Transformer(config, 3000, 2000)
+    for table, vocab in ((model.src_embed.tokens.weight, 3000), (model.tgt_embed.tokens.weight, 2000)):
+        assert torch.count_nonzero(table[0]) == 0
+        rows = table[1:].detach()
+        expected = 128 ** -0.5 if embed_init == "normal" else math.sqrt(2 / (vocab + 128))
+        assert abs(float(rows.std()) - expected) < 0.03 * expected
+        if embed_init == "xavier":
+            assert float(rows.abs().max()) <= math.sqrt(6 / (vocab + 128))
+    assert model.generator.weight is model.tgt_embed.tokens.weight
