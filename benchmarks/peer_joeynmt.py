@@ -253,7 +253,7 @@ def _joeynmt_tokens_per_update(model_dir: Path) -> float:
     """Target tokens per update, from the counts in JoeyNMT's last checkpoint."""
     import torch
 
-    state = torch.load(model_dir / "latest.ckpt", map_location="cpu", weights_only=False)
+    state = torch.load(model_dir / "latest.ckpt", map_location="cpu", weights_only=True)
     return state["stats_state"]["total_tokens"] / state["stats_state"]["steps"]
 
 
