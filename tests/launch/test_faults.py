@@ -102,8 +102,6 @@ def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cl
     checkpointed while it is down (its metrics queued in rank 0 only), rank 0 is SIGKILLed (its
     queue lost), the new worker group resumes from epoch 2 and the server comes back: the run
     has every epoch exactly once (2 from the checkpoint's history, not a second 1)."""
-    from mlflow.tracking import MlflowClient
-
     monkeypatch.setenv("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
     server = MlflowServer(tmp_path)
     server.start()
@@ -112,8 +110,7 @@ def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cl
     failures: list[BaseException] = []
 
     def epoch_1_logged() -> bool:
-        found = MlflowClient(server.uri).search_runs(
-            [e.experiment_id for e in MlflowClient(server.uri).search_experiments() if e.name == "relog"])
+        _, found = runs_of(server.uri, "relog")
         return bool(found) and "dev_bleu" in found[0].data.metrics
 
     def outage_then_kill():
