@@ -47,11 +47,11 @@ SETTING = {"lr": 2e-3, "warmup": 100, "tokens": 1500, "clip": 1.0, "smoothing": 
 # ----------------------------------------------------------------------------- the platform
 
 
-def platform_config(seed: int, overrides: list[str]):
-    """``platform.train --model transformer --size cpu`` with ``overrides``, seeded."""
+def platform_config(seed: int, overrides: list[str], model: str = "transformer"):
+    """``platform.train --model MODEL --size cpu`` with ``overrides``, seeded."""
     from platform.training.config import resolve_config
 
-    return resolve_config("transformer", "cpu", overrides=[f"seed={seed}", f"batching.seed={seed}", *overrides],
+    return resolve_config(model, "cpu", overrides=[f"seed={seed}", f"batching.seed={seed}", *overrides],
                           max_epochs=10_000)
 
 
@@ -66,7 +66,7 @@ def platform_tokens_per_update(data: Path, config) -> float:
 
 
 def platform_curve(data: Path, seed: int, at: list[int], overrides: list[str], threads: int,
-                   seconds: float | None = None):
+                   seconds: float | None = None, model: str = "transformer"):
     """(update, metrics) at each of ``at`` (or once, after ``seconds`` of training): the
     platform's training step by step, dev decoded greedily there."""
     import torch
@@ -79,7 +79,7 @@ def platform_curve(data: Path, seed: int, at: list[int], overrides: list[str], t
     from platform.training.step import build_training, train_step
 
     torch.set_num_threads(threads)
-    config = platform_config(seed, overrides)
+    config = platform_config(seed, overrides, model)
     dataset = PreparedDataset.open(str(data), with_dev=True)
     ctx = Context()
     sampler = ShardedBatches(dataset.train, config.batching)
@@ -295,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="platform: decode dev once, after this many seconds of training (not --at)")
     parser.add_argument("--set", action="append", default=[], dest="overrides", help="platform: a config override")
+    parser.add_argument("--model", default="transformer",
+                        help="platform: another model of the Transformer family (JoeyNMT trains the transformer)")
     parser.add_argument("--label", default=None, help="the run's name in the table (default: the side, overrides)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peer-venv", type=Path, default=Path.home() / ".cache" / "syntax-nmt" / "joeynmt-venv",
@@ -307,11 +309,13 @@ def main(argv: list[str] | None = None) -> int:
         lines = [json.loads(line) for line in Path(args.results).read_text().splitlines() if line.strip()]
         print(table(lines))
         return 0
+    if args.side == "joeynmt" and args.model != "transformer":
+        parser.error("--model: JoeyNMT trains the transformer only")
     at = sorted(int(x) for x in args.at.split(","))
     label = args.label or " ".join([args.side, *args.overrides])
     for seed in (int(s) for s in args.seeds.split(",")):
         if args.side == "platform":
-            curve = platform_curve(args.data, seed, at, args.overrides, args.threads, args.seconds)
+            curve = platform_curve(args.data, seed, at, args.overrides, args.threads, args.seconds, args.model)
         else:
             args.work.mkdir(parents=True, exist_ok=True)
             curve = joeynmt_curve(setup_peer(args.peer_venv), args.data, seed, at, args.overrides, args.threads, args.work)

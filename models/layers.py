@@ -148,9 +148,14 @@ class Embedding(nn.Module):
         self.scale, self.absolute_positions = math.sqrt(d_model), absolute_positions
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
-        """ids [B, L] → [B, L, D]; ``offset`` is the position of ids[:, 0] (incremental decoding)."""
+    def forward(self, ids: Tensor, offset: int = 0, positions: Tensor | None = None) -> Tensor:
+        """ids [B, L] → [B, L, D]; ``offset`` is the position of ids[:, 0] (incremental decoding);
+        ``positions`` [B, L], where given, each token's own (packed rows: restarting per sentence)."""
         x = self.tokens(ids) * self.scale
         if self.absolute_positions:
-            x = x + sinusoidal_positions(ids.shape[1], x.shape[-1], offset, ids.device).to(x.dtype)
+            if positions is None:
+                x = x + sinusoidal_positions(ids.shape[1], x.shape[-1], offset, ids.device).to(x.dtype)
+            else:
+                table = sinusoidal_positions(ids.shape[1], x.shape[-1], 0, ids.device)  # positions < L
+                x = x + table[positions].to(x.dtype)  # [B, L, D]
         return self.dropout(x)

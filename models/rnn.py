@@ -51,6 +51,12 @@ class RNNConfig:
     gate: Gate = "learned"  # hier_tree_gru: β weighting lexical vs phrase context (eq. 4)
     gumbel_tau: float = 0.5  # gumbel_tree: Gumbel-softmax temperature (paper: 0.5)
 
+    @property
+    def packable(self) -> bool:
+        """No packed rows (``models.inputs.Packing``): a recurrent encoder would carry its state
+        from one sentence into the next, and the tree encoders read one tree per row."""
+        return False
+
     def parse_supervision(self) -> ParseSupervision:
         """The recurrent and tree models have no parse heads."""
         return NO_PARSE_HEADS

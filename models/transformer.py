@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from models.dbsa import BiaffineParseHead, DecoderParseTarget, ParseSupervision
-from models.inputs import ModelOutput, Source
+from models.inputs import ModelOutput, Packing, Source, same_sentence
 from models.layers import Embedding, FeedForward, MultiHeadAttention, RelativeLabels, Residual
 from models.relative import RelativeEmbeddings, depth_labels, position_labels
 
@@ -56,6 +56,12 @@ class TransformerConfig:
     lambda_enc: float = 1.0  # loss weights of eq. 18 (parse_supervision)
     lambda_dec: float = 1.0
     dec_parse_target: DecoderParseTarget = "output"  # which decoder position is supervised (models/dbsa.py)
+
+    @property
+    def packable(self) -> bool:
+        """Training may pack several sentences per row (``models.inputs.Packing``): every
+        attention, the parse heads' included, is confined to its own sentence."""
+        return True
 
     def parse_supervision(self) -> ParseSupervision:
         """Eq. 18's weights for the parse heads this model has (0 where it has none)."""
@@ -149,6 +155,7 @@ class EncoderOutput:
     src_valid: Tensor  # [B, S] bool
     memory_kv: list[dict[str, Tensor]]  # per decoder layer: cross-attention keys/values [B, H, S, K]
     parse_logprobs: Tensor | None  # [B, S, S]
+    src_sentence: Tensor | None = None  # [B, S] packed rows: the sentence of each source position
 
 
 @dataclass
@@ -194,25 +201,32 @@ class Transformer(nn.Module):
                                   rel_depth=rel_depth, parse_head=parse_head)
 
     # ------------------------------------------------------------------ teacher forcing
-    def forward(self, src: Source, tgt_in: Tensor) -> ModelOutput:
-        """src [B, S]; tgt_in [B, T] = BOS y1 .. y_{T-1} → logits [B, T, V] and parse log-probs."""
+    def forward(self, src: Source, tgt_in: Tensor, tgt_packed: Packing | None = None) -> ModelOutput:
+        """src [B, S]; tgt_in [B, T] = BOS y1 .. y_{T-1} → logits [B, T, V] and parse log-probs.
+        Packed rows (``src.packed`` and ``tgt_packed``: target sentence k answers source sentence
+        k of the same row) compute what one sentence per row would."""
+        if (src.packed is None) != (tgt_packed is None):
+            raise ValueError("pack the source and the target rows together, or neither")
         encoded = self.encode(src)
-        hidden, parse = self._decode(tgt_in, encoded, caches=None, offset=0)
+        hidden, parse = self._decode(tgt_in, encoded, caches=None, offset=0, packed=tgt_packed)
         return ModelOutput(logits=self.generator(hidden), enc_parse_logprobs=encoded.parse_logprobs,
                            dec_parse_logprobs=parse)
 
     def encode(self, src: Source) -> EncoderOutput:
         valid = src.valid  # [B, S]
-        x = self.src_embed(src.ids)  # [B, S, D]
-        labels = self._encoder_labels(src)
-        allowed = valid[:, None, :].expand(-1, valid.shape[1], -1)  # [B, S(query), S(key)]
+        packed = src.packed
+        x = self.src_embed(src.ids, positions=packed.position if packed else None)  # [B, S, D]
+        labels = self._encoder_labels(src)  # packed: within a sentence, row distances are its own
+        allowed = (same_sentence(packed.sentence, packed.sentence) if packed
+                   else valid[:, None, :].expand(-1, valid.shape[1], -1))  # [B, S(query), S(key)]
         parse_logprobs = None
         for layer in self.encoder_layers:
             x, parse = layer(x, allowed, labels)
             parse_logprobs = parse if parse is not None else parse_logprobs
         memory = self.encoder_norm(x)
         memory_kv = [layer.cross_attention.project_memory(memory) for layer in self.decoder_layers]
-        return EncoderOutput(memory=memory, src_valid=valid, memory_kv=memory_kv, parse_logprobs=parse_logprobs)
+        return EncoderOutput(memory=memory, src_valid=valid, memory_kv=memory_kv, parse_logprobs=parse_logprobs,
+                             src_sentence=packed.sentence if packed else None)
 
     def _encoder_labels(self, src: Source) -> RelativeLabels:
         length, device = src.ids.shape[1], src.ids.device
@@ -225,15 +239,20 @@ class Transformer(nn.Module):
             labels.depth = depth_labels(src.depth, self.config.l_clip)  # [B, S, S]
         return labels
 
-    def _decode(self, tgt_in: Tensor, encoded: EncoderOutput, caches: list[dict] | None, offset: int):
+    def _decode(self, tgt_in: Tensor, encoded: EncoderOutput, caches: list[dict] | None, offset: int,
+                packed: Packing | None = None):
         """tgt_in [B, T] starting at position ``offset`` → hidden [B, T, D], parse log-probs."""
         length, device = tgt_in.shape[1], tgt_in.device
         total = offset + length  # keys: all positions so far
-        x = self.tgt_embed(tgt_in, offset)
+        x = self.tgt_embed(tgt_in, offset, positions=packed.position if packed else None)
         query_pos = torch.arange(offset, total, device=device)
         causal = query_pos[:, None] >= torch.arange(total, device=device)[None, :]  # [T, total]
-        self_allowed = causal[None].expand(tgt_in.shape[0], -1, -1)  # [B, T, total]
-        src_allowed = encoded.src_valid[:, None, :].expand(-1, length, -1)  # [B, T, S]
+        if packed is None:
+            self_allowed = causal[None].expand(tgt_in.shape[0], -1, -1)  # [B, T, total]
+            src_allowed = encoded.src_valid[:, None, :].expand(-1, length, -1)  # [B, T, S]
+        else:  # each target sentence sees its own past and its own source sentence
+            self_allowed = causal[None] & same_sentence(packed.sentence, packed.sentence)
+            src_allowed = same_sentence(packed.sentence, encoded.src_sentence)
         labels = RelativeLabels(position=position_labels(length, total, self.config.k_clip, offset, device)
                                 if self.config.use_rel else None)
         parse_logprobs = None

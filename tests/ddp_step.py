@@ -1,13 +1,14 @@
 """Helper process for the DDP tests: optimizer updates on fixed examples, then save the result.
 
-    python tests/ddp_step.py DATASET OUT RANK WORLD INIT_FILE [MODEL] [diverge|accumulate]
+    python tests/ddp_step.py DATASET OUT RANK WORLD INIT_FILE [MODEL] [diverge|accumulate|packed]
 
 Rank r takes examples r, r+W, ... of a fixed global batch, so any world size sees the same
 global batch; the parameters after the updates must not depend on the world size.  Each rank
 saves its own parameters (``OUT.rank<r>``), so DDP keeping the ranks in step is checked too.
 With ``diverge`` the learning rate makes the loss NaN within a few updates: each rank saves
 the update at which it stopped and the reason.  With ``accumulate`` each rank's share is split
-in two batches accumulated into one update (1 worker × 2 batches must equal 2 workers × 1)."""
+in two batches accumulated into one update (1 worker × 2 batches must equal 2 workers × 1).
+With ``packed`` each rank's share is one batch of packed rows (``batching.pack``)."""
 
 import sys
 
@@ -59,8 +60,10 @@ def main(dataset: str, out: str, rank: int, world: int, init_file: str, model_na
     else:
         for indices in GLOBAL_BATCHES:
             share = indices[rank::world]
-            batches = ([examples.collate(share[0::2]), examples.collate(share[1::2])] if mode == "accumulate"
-                       else examples.collate(share))
+            if mode == "accumulate":
+                batches = [examples.collate(share[0::2]), examples.collate(share[1::2])]
+            else:
+                batches = examples.collate_packed(share, 32) if mode == "packed" else examples.collate(share)
             train_step(wrapped, optimizer, scheduler, batches, config, ctx)
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{out}.rank{rank}")
     if world > 1:

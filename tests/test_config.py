@@ -135,3 +135,19 @@ def test_scientific_notation_is_a_number_in_files_and_overrides(tmp_path):
     path = tmp_path / "o.yaml"
     path.write_text("lr: 3e-5\n")
     assert cfg.load(Optim, path).lr == 3e-5
+
+
+@pytest.mark.parametrize("model, packed", [("transformer", True), ("deprel", True), ("transformer_rel", True),
+                                           ("dbsa", True), ("seq2seq", False), ("gumbel_tree", False)])
+def test_batches_are_packed_wherever_the_model_can_train_on_packed_rows(model, packed):
+    from platform.training.config import resolve_config
+
+    assert resolve_config(model, "cpu").batching.pack is packed
+
+
+def test_packing_a_model_that_cannot_is_one_clear_error():
+    from platform.training.config import resolve_config
+
+    with pytest.raises(ConfigError, match="batching.pack: model 'hier_tree_gru' cannot train on packed rows"):
+        resolve_config("hier_tree_gru", "cpu", overrides=["batching.pack=true"])
+    assert resolve_config("transformer", "cpu", overrides=["batching.pack=false"]).batching.pack is False

@@ -42,7 +42,7 @@ def ddp_worker(loop: dict[str, Any]) -> None:
     for _ in range(loop["steps"]):
         batch = next(batches)
         tokens += train_step(model, optimizer, scheduler, batch, config, ctx).num_tokens  # all ranks' tokens
-        sentences += batch.src_ids.shape[0]  # this rank's sentences
+        sentences += batch.num_sentences  # this rank's sentences (packed: several per row)
     elapsed = time.perf_counter() - start
     metrics = {"samples_per_s": float(ctx.all_reduce(sentences)[0]) / elapsed, "tokens_per_s": tokens / elapsed,
                "first_step_unix": first_step}

@@ -9,7 +9,9 @@ column), so a batch is gathered with a few slices.  ``ShardedBatches`` decides t
 2. consecutive examples are packed while ``num_sentences × (longest + 1)`` stays within
    ``max_tokens`` (the +1 is the BOS/EOS a model adds) and, where set, the batch has at most
    ``max_sentences`` (papers that count their batches in sentences); an example longer than
-   the budget gets a batch of its own;
+   the budget gets a batch of its own.  With ``pack`` the shuffled order is kept and the
+   budget is ``Σ (length + 1)``: each batch is a random sample, and ``collate_packed`` puts
+   several of its sentences in one row, so it costs no padding (docs/performance.md);
 3. the batch order is shuffled; if the number of batches is not a multiple of the world size,
    the batches with the most sentences are split in two until it is — so **every rank runs
    the same number of steps** (DDP hangs otherwise) and **every example is seen exactly once
@@ -31,10 +33,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.inputs import PAD_ID
+from models.inputs import BOS_ID, EOS_ID, PAD_ID, Packing
 
 LIST_COLUMNS = ("src_ids", "tgt_ids", "src_heads", "tgt_heads", "src_word", "tgt_word", "src_depth", "tgt_depth", "src_tree_parent")
 TEXT_COLUMNS = ("src_text", "tgt_text")
+HEAD_COLUMNS = ("src_heads", "tgt_heads")  # values are positions in the sentence
 PAD_VALUES = {"src_ids": PAD_ID, "tgt_ids": PAD_ID, "src_depth": 0, "tgt_depth": 0}  # others: -1
 
 
@@ -61,6 +64,11 @@ class Batch:
     src_tree_parent: torch.Tensor  # [B, 2S-1]
     src_text: list[str]
     tgt_text: list[str]
+    rows: PackedRows | None = None  # packed batches: the list columns are rows of several sentences
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.tgt_lengths)
 
     @property
     def num_tokens(self) -> int:
@@ -72,7 +80,29 @@ class Batch:
         for name, value in moved.items():
             if isinstance(value, torch.Tensor):
                 moved[name] = value.to(device, non_blocking=non_blocking)
+        if self.rows is not None:
+            moved["rows"] = self.rows.to(device, non_blocking)
         return Batch(**moved)
+
+
+@dataclass
+class PackedRows:
+    """How the sentences of a packed batch share its ``R`` rows.  Source columns hold each row's
+    sources back to back (``src_ids`` [R, S]); target columns are laid out as ``tgt_out``, each
+    sentence's target followed by its EOS (``tgt_ids`` is ``tgt_out``), so sentence k of a row
+    has its source and its target in that row.  Heads are row positions (a sentence's own plus
+    where it starts), so the parse losses read them as they read one sentence per row; the
+    source tree columns are not packed (the tree encoders train on one sentence per row)."""
+
+    source: Packing  # [R, S] sentence of each source position, position within it
+    target: Packing  # [R, T] the same over the decoder positions
+    tgt_in: torch.Tensor  # [R, T] BOS y1..yn BOS z1..zm ... PAD
+    tgt_out: torch.Tensor  # [R, T] y1..yn EOS z1..zm EOS ... PAD
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "PackedRows":
+        return PackedRows(source=self.source.to(device), target=self.target.to(device),
+                          tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
+                          tgt_out=self.tgt_out.to(device, non_blocking=non_blocking))
 
 
 class ParquetExamples:
@@ -119,6 +149,54 @@ class ParquetExamples:
                      src_text=[self.texts["src_text"][i] for i in indices],
                      tgt_text=[self.texts["tgt_text"][i] for i in indices], **padded)
 
+    def collate_packed(self, indices: Sequence[int], width: int) -> Batch:
+        """The sentences of ``indices`` packed into rows of at most ``width`` source and target
+        positions (wider where one sentence is), first fit in decreasing length: a row holds
+        sentences back to back, each with its target in the same row (``PackedRows``).  The
+        per-sentence fields (``indices``, lengths, texts) list the sentences in row order."""
+        indices = np.asarray(indices, dtype=np.int64)
+        src_len, tgt_len = self.src_lengths[indices], self.tgt_lengths[indices] + 1  # + EOS / BOS
+        rows = _first_fit(src_len, tgt_len, max(width, int(src_len.max()), int(tgt_len.max())))
+        order = [m for members in rows for m in members]  # the batch's sentences in row order
+        indices, src_len, tgt_len = indices[order], src_len[order], tgt_len[order]
+        row = np.repeat(np.arange(len(rows)), [len(members) for members in rows])  # [N] each sentence's row
+        first = np.searchsorted(row, row)  # [N] the row's first sentence
+        layout = {"src": _Spans(src_len, row, first), "tgt": _Spans(tgt_len, row, first)}
+        words = {"src": layout["src"], "tgt": _Spans(tgt_len - 1, row, first, layout["tgt"].start)}  # targets without EOS
+        shape = {side: (len(rows), int(spans.width)) for side, spans in layout.items()}
+        columns = {}
+        for name in LIST_COLUMNS:
+            if name == "src_tree_parent":
+                continue
+            spans = words[name[:3]]
+            values = self.values[name][np.repeat(self.offsets[name][indices], spans.lengths) + spans.within]
+            if name in HEAD_COLUMNS:  # a head is a position: the sentence's own, offset in the row
+                values = np.where(values >= 0, values + spans.rows_cols[1] - spans.within, values)
+            columns[name] = np.full(shape[name[:3]], PAD_VALUES.get(name, -1), dtype=np.int64)
+            columns[name][spans.rows_cols] = values
+        ends = words["tgt"].start + tgt_len - 1
+        columns["tgt_ids"][row, ends] = EOS_ID  # tgt_out: y1..yn EOS per sentence
+        tgt_in = np.full(shape["tgt"], PAD_ID, dtype=np.int64)
+        tgt_in[row, words["tgt"].start] = BOS_ID  # tgt_in: BOS y1..yn per sentence
+        y_rows, y_cols = words["tgt"].rows_cols
+        tgt_in[y_rows, y_cols + 1] = columns["tgt_ids"][y_rows, y_cols]
+        sentence, position = {}, {}
+        for side, spans in layout.items():
+            sentence[side] = np.full(shape[side], -1, dtype=np.int64)
+            position[side] = np.zeros(shape[side], dtype=np.int64)
+            sentence[side][spans.rows_cols] = np.repeat(np.arange(len(row)) - first, spans.lengths)
+            position[side][spans.rows_cols] = spans.within
+        tensors = {name: torch.from_numpy(value) for name, value in columns.items()}
+        packing = {side: Packing(sentence=torch.from_numpy(sentence[side]), position=torch.from_numpy(position[side]))
+                   for side in shape}
+        rows_ = PackedRows(source=packing["src"], target=packing["tgt"], tgt_in=torch.from_numpy(tgt_in),
+                           tgt_out=tensors["tgt_ids"])
+        return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
+                     tgt_lengths=torch.from_numpy(tgt_len - 1),
+                     src_tree_parent=torch.full((len(rows), 1), -1, dtype=torch.int64),
+                     src_text=[self.texts["src_text"][i] for i in indices],
+                     tgt_text=[self.texts["tgt_text"][i] for i in indices], rows=rows_, **tensors)
+
     def _tree_parents(self, indices: np.ndarray, longest: int) -> torch.Tensor:
         return pad_tree_parents([self.row("src_tree_parent", index) for index in indices], longest)
 
@@ -164,6 +242,11 @@ class BatchingConfig:
     # batch is a random sample of the split, as JoeyNMT's, which learns more per update at
     # about half the CPU tokens/s (padding; docs/performance.md "Learning per update")
     sort_by_length: bool = True
+    # several random sentences per row, attention confined to each (models.inputs.Packing): the
+    # composition of random batches at the speed of sorted ones (sort_by_length is then moot);
+    # None: wherever the model can (the Transformer family), resolved when the config is loaded
+    pack: bool | None = None
+    pack_width: int = 32  # positions per packed row at least (a batch's longest sentence sets the width)
     shuffle: bool = True
     seed: int = 1
 
@@ -175,6 +258,8 @@ class BatchingConfig:
                 raise ValueError(f"{key} must be positive, got {getattr(self, key)}")
         if self.update_freq < 1:
             raise ValueError(f"update_freq must be ≥ 1, got {self.update_freq}")
+        if self.pack_width < 1:
+            raise ValueError(f"pack_width must be positive, got {self.pack_width}")
         if self.global_tokens is not None:
             if self.global_tokens < 1:
                 raise ValueError(f"global_tokens must be positive, got {self.global_tokens}")
@@ -212,11 +297,11 @@ class ShardedBatches:
         """All ranks' batches of ``epoch`` (arrays of example indices), before sharding."""
         rng = np.random.default_rng([self.config.seed, epoch])
         order = rng.permutation(len(self.lengths)) if self.config.shuffle else np.arange(len(self.lengths))
-        if self.config.sort_by_length:
+        if self.config.sort_by_length and not self.config.pack:
             order = order[np.argsort(self.lengths[order], kind="stable")]
         if self.config.max_length is not None:
             order = order[self.lengths[order] <= self.config.max_length]
-        batches = _pack(order, self.lengths, self.max_tokens, self.config.max_sentences)
+        batches = _pack(order, self.lengths, self.max_tokens, self.config.max_sentences, bool(self.config.pack))
         if self.config.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return _split_until_divisible(batches, self.world_size * self.update_freq)
@@ -247,7 +332,8 @@ class ShardedBatches:
         while self.next_batch < len(batches):
             indices = batches[self.next_batch]
             self.next_batch += 1
-            yield self.examples.collate(indices)
+            yield (self.examples.collate_packed(indices, self.config.pack_width) if self.config.pack
+                   else self.examples.collate(indices))
         self.epoch, self.next_batch = self.epoch + 1, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -259,36 +345,73 @@ class ShardedBatches:
                 "world_size": self.world_size, "num_examples": len(self.lengths),
                 "max_tokens": self.max_tokens, "update_freq": self.update_freq,
                 "max_sentences": self.config.max_sentences, "max_length": self.config.max_length,
-                "sort_by_length": self.config.sort_by_length}
+                "sort_by_length": self.config.sort_by_length, "pack": bool(self.config.pack)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         expected = {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths),
                     "max_tokens": self.max_tokens, "update_freq": self.update_freq,
                     "max_sentences": self.config.max_sentences, "max_length": self.config.max_length,
-                    "sort_by_length": self.config.sort_by_length}
+                    "sort_by_length": self.config.sort_by_length, "pack": bool(self.config.pack)}
         older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq,  # checkpoints before accumulation,
-                 "max_sentences": None, "max_length": None, "sort_by_length": True}  # sentence batches, random ones
+                 "max_sentences": None, "max_length": None, "sort_by_length": True,
+                 "pack": False}  # sentence batches, random ones, sorted, unpacked
         for key, value in expected.items():
-            if state.get(key, older.get(key)) != value:
-                raise ValueError(f"cannot restore batch position: saved {key}={state.get(key)!r}, now {value!r}")
+            saved = state.get(key, older.get(key))
+            if saved != value:
+                hint = f" (resume with --set batching.{key}={str(saved).lower()})" if key in ("pack", "sort_by_length") else ""
+                raise ValueError(f"cannot restore batch position: saved {key}={saved!r}, now {value!r}{hint}")
         self.epoch, self.next_batch = int(state["epoch"]), int(state["next_batch"])
 
 
 def _pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int | None,
-          max_sentences: int | None = None) -> list[np.ndarray]:
-    """Greedy packing of length-sorted examples under ``count × (longest + 1) <= max_tokens``
-    and ``count <= max_sentences`` (either None: no such cap)."""
+          max_sentences: int | None = None, packed: bool = False) -> list[np.ndarray]:
+    """Greedy batches of consecutive examples under ``count × (longest + 1) <= max_tokens``
+    (``packed``: ``Σ (length + 1) <= max_tokens``, rows without padding) and
+    ``count <= max_sentences`` (either None: no such cap)."""
     tokens, sentences = max_tokens or float("inf"), max_sentences or float("inf")
-    batches, start, longest = [], 0, 0
+    batches, start, longest, total = [], 0, 0, 0
     for position, index in enumerate(order):
-        candidate = max(longest, int(lengths[index]) + 1)
+        length = int(lengths[index]) + 1
         count = position - start + 1
-        if position > start and (candidate * count > tokens or count > sentences):
+        cost = total + length if packed else max(longest, length) * count
+        if position > start and (cost > tokens or count > sentences):
             batches.append(order[start:position])
-            start, candidate = position, int(lengths[index]) + 1
-        longest = candidate
+            start, longest, total = position, 0, 0
+        longest, total = max(longest, length), total + length
     batches.append(order[start:])
     return batches
+
+
+class _Spans:
+    """Where the sentences of a packed batch sit on one side: sentence i (in row order, in row
+    ``row[i]``) takes ``lengths[i]`` positions from ``start[i]``; ``rows_cols`` index them all."""
+
+    def __init__(self, lengths: np.ndarray, row: np.ndarray, first: np.ndarray, start: np.ndarray | None = None):
+        self.lengths = lengths
+        ends = np.cumsum(lengths)
+        if start is None:  # back to back within each row
+            start = ends - lengths - (ends - lengths)[first]
+        self.start = start
+        self.width = (start + lengths).max()
+        self.within = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)  # position in the sentence
+        self.rows_cols = (np.repeat(row, lengths), np.repeat(start, lengths) + self.within)
+
+
+def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[list[int]]:
+    """Rows of sentence numbers: first fit in decreasing order of length, each row within
+    ``width`` on both sides."""
+    rows: list[list[int]] = []
+    used: list[list[int]] = []  # per row: source and target positions taken
+    for m in sorted(range(len(src_len)), key=lambda m: -max(src_len[m], tgt_len[m])):
+        for r, (s, t) in enumerate(used):
+            if s + src_len[m] <= width and t + tgt_len[m] <= width:
+                rows[r].append(m)
+                used[r] = [s + src_len[m], t + tgt_len[m]]
+                break
+        else:
+            rows.append([m])
+            used.append([int(src_len[m]), int(tgt_len[m])])
+    return rows
 
 
 def _split_until_divisible(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:

@@ -183,7 +183,20 @@ def load_train_config(data: dict[str, Any]) -> TrainConfig:
         model_config.validate()
     except ValueError as error:
         raise ConfigError(f"model: {error}") from None
-    return config_io.from_dict(TrainConfig, {**data, "model": model_config})
+    config = config_io.from_dict(TrainConfig, {**data, "model": model_config})
+    return dataclasses.replace(config, batching=resolve_packing(config.batching, model_config))
+
+
+def resolve_packing(batching: BatchingConfig, model_config) -> BatchingConfig:
+    """``batching.pack`` decided: unset, it packs wherever the model can (``packable``: the
+    Transformer family); set to true for a model that cannot (the recurrent and tree encoders),
+    an error."""
+    if batching.pack is None:
+        return dataclasses.replace(batching, pack=model_config.packable)
+    if batching.pack and not model_config.packable:
+        raise ConfigError(f"batching.pack: model {model_config.name!r} cannot train on packed rows "
+                          "(only the Transformer family can)")
+    return batching
 
 
 def resolve(model: str, size: str, *, recipe: str | None = None, config_file: str | None = None,

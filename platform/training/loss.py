@@ -23,11 +23,24 @@ if TYPE_CHECKING:
     from platform.data.batching import Batch
 
 def to_source(batch: Batch) -> Source:
+    if batch.rows is not None:  # several sentences per row: the rows' used lengths
+        lengths = (batch.rows.source.sentence >= 0).sum(dim=1)
+        return Source(ids=batch.src_ids, lengths=lengths, depth=batch.src_depth, packed=batch.rows.source)
     return Source(ids=batch.src_ids, lengths=batch.src_lengths, depth=batch.src_depth, tree_parent=batch.src_tree_parent)
 
 
+def forward(model, batch: Batch, tgt_in: Tensor) -> ModelOutput:
+    """The model's teacher-forced outputs on ``batch``, packed rows or one sentence per row."""
+    if batch.rows is None:
+        return model(to_source(batch), tgt_in)
+    return model(to_source(batch), tgt_in, tgt_packed=batch.rows.target)
+
+
 def teacher_forcing(batch: Batch) -> tuple[Tensor, Tensor]:
-    """tgt_in = BOS y1..yn (PAD after), tgt_out = y1..yn EOS (PAD after): both [B, T+1]."""
+    """tgt_in = BOS y1..yn (PAD after), tgt_out = y1..yn EOS (PAD after): both [B, T+1]
+    (packed rows: built by ``collate_packed``, each sentence with its BOS and EOS)."""
+    if batch.rows is not None:
+        return batch.rows.tgt_in, batch.rows.tgt_out
     batch_size = batch.tgt_ids.shape[0]
     bos = torch.full((batch_size, 1), BOS_ID, dtype=batch.tgt_ids.dtype, device=batch.tgt_ids.device)
     tgt_in = torch.cat([bos, batch.tgt_ids], dim=1)

@@ -18,7 +18,7 @@ from torch import nn
 
 from models import build_model
 from platform.training.context import Context, seed_everything
-from platform.training.loss import combine, loss_counts, loss_sums, teacher_forcing, to_source
+from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing
 
 from platform.training.config import OptimConfig, TrainConfig
 
@@ -117,7 +117,7 @@ def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, con
     if a term of it is NaN/inf (else 0.0)."""
     tgt_in, tgt_out = teacher_forcing(batch)
     with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
-        output = model(to_source(batch), tgt_in)
+        output = forward(model, batch, tgt_in)
     sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
     return (combine(sums, global_counts, config.model, ctx.world_size),
             sums.nonfinite(config.model.parse_supervision()))

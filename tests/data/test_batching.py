@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from platform.data import dataset as ds
+from models.inputs import BOS_ID, EOS_ID, PAD_ID
 from platform.data.batching import BatchingConfig, ShardedBatches
 
 
@@ -181,3 +182,59 @@ def test_a_checkpoint_resumes_only_with_its_own_batch_order(examples):
     older = {key: value for key, value in ShardedBatches(examples, BatchingConfig()).state_dict().items()
              if key != "sort_by_length"}  # a checkpoint from before the setting: sorted batches
     ShardedBatches(examples, BatchingConfig()).load_state_dict(older)
+
+
+def test_packed_batches_are_random_samples_within_the_budget_and_cover_every_example_once(examples):
+    """``pack``: the shuffled order is kept (each batch spans the length range like a random
+    sample) and a batch holds at most ``max_tokens`` positions, padding-free: Σ (length + 1)."""
+    (sorted_,) = shards(examples, 1, max_tokens=800, pack=False)
+    (packed,) = shards(examples, 1, max_tokens=800, pack=True)
+    lengths = packed.lengths
+
+    def spread(sampler):
+        return np.mean([np.ptp(lengths[batch]) for batch in sampler.batches(0) if len(batch) > 1])
+
+    assert spread(packed) > 5 * spread(sorted_)
+    assert all(len(b) == 1 or (lengths[b] + 1).sum() <= 800 for b in packed.batches(0))
+    for world_size in (1, 3):
+        ranks = shards(examples, world_size, max_tokens=800, pack=True)
+        seen = np.concatenate([batch for r in ranks for batch in r.batches(1)])
+        assert np.array_equal(np.sort(seen), np.arange(len(examples)))
+
+
+def test_a_packed_batch_holds_each_sentence_whole_in_one_row(examples):
+    """Every sentence of a packed batch is in one row, source and target, with its own BOS and
+    EOS, positions from 0, and rows no wider than ``pack_width`` (unless one sentence is)."""
+    (sampler,) = shards(examples, 1, max_tokens=1500, pack=True, pack_width=48)
+    batch = next(iter(sampler))
+    rows = batch.rows
+    assert batch.src_ids.shape[1] <= 48 and rows.tgt_in.shape[1] <= 48 and batch.src_ids.shape[0] < batch.num_sentences
+    found = 0
+    for r in range(batch.src_ids.shape[0]):
+        for k in range(int(rows.source.sentence[r].max()) + 1):
+            src, tgt = rows.source.sentence[r] == k, rows.target.sentence[r] == k
+            index = int(batch.indices[found])
+            expected_src, expected_tgt = (examples.row(name, index).tolist() for name in ("src_ids", "tgt_ids"))
+            assert batch.src_ids[r, src].tolist() == expected_src
+            assert batch.src_depth[r, src].tolist() == examples.row("src_depth", index).tolist()
+            assert rows.tgt_in[r, tgt].tolist() == [BOS_ID, *expected_tgt]
+            assert rows.tgt_out[r, tgt].tolist() == [*expected_tgt, EOS_ID]
+            assert rows.source.position[r, src].tolist() == list(range(len(expected_src)))
+            assert rows.target.position[r, tgt].tolist() == list(range(len(expected_tgt) + 1))
+            assert len(expected_src) == int(batch.src_lengths[found])
+            found += 1
+    assert found == batch.num_sentences
+    assert int((rows.tgt_out != PAD_ID).sum()) == batch.num_tokens  # what the loss is divided by
+    assert torch.all(rows.tgt_in[rows.target.sentence < 0] == PAD_ID)
+
+
+def test_packed_rows_resume_mid_epoch_with_the_next_batch(examples):
+    a = ShardedBatches(examples, BatchingConfig(max_tokens=900, pack=True))
+    iterator = iter(a)
+    for _ in range(5):
+        next(iterator)
+    b = ShardedBatches(examples, BatchingConfig(max_tokens=900, pack=True))
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(next(iter(b)).indices, next(iterator).indices)
+    with pytest.raises(ValueError, match="pack"):
+        ShardedBatches(examples, BatchingConfig(max_tokens=900, pack=False)).load_state_dict(a.state_dict())

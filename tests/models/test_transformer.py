@@ -5,7 +5,7 @@ import torch
 
 from model_helpers import TGT_VOCAB, TRANSFORMERS, random_source, random_target, select, tiny_model
 from models import MODELS, build_model, default_config
-from models.inputs import ModelOutput
+from models.inputs import ModelOutput, Packing, Source
 
 VARIANTS = sorted(TRANSFORMERS)
 
@@ -52,6 +52,52 @@ def test_padding_does_not_change_any_output(variant):
             assert torch.isinf(batched.enc_parse_logprobs[b, :n, n:]).all()
         if alone.dec_parse_logprobs is not None:
             close(batched.dec_parse_logprobs[b, :length, :length], alone.dec_parse_logprobs[0])
+
+
+def packed_rows(rows: list[list[tuple[int, int]]], seed: int = 0):
+    """Random sentences ((source length, target length incl. BOS) each) packed into rows:
+    the packed Source and target, the target's Packing, and each sentence alone."""
+    width = {side: max(sum(pair[i] for pair in row) for row in rows) for i, side in enumerate(("src", "tgt"))}
+    ids = {side: torch.zeros(len(rows), width[side], dtype=torch.long) for side in width}
+    depth = torch.zeros(len(rows), width["src"], dtype=torch.long)
+    sentence = {side: torch.full((len(rows), width[side]), -1) for side in width}
+    position = {side: torch.zeros(len(rows), width[side], dtype=torch.long) for side in width}
+    alone = []
+    for r, row in enumerate(rows):
+        start = {"src": 0, "tgt": 0}
+        for k, (n, m) in enumerate(row):
+            src = random_source([n], seed=seed + 10 * r + k)
+            tgt = random_target(1, m, seed=seed + 10 * r + k)
+            alone.append((src, tgt))
+            for side, values in (("src", src.ids[0]), ("tgt", tgt[0])):
+                span = slice(start[side], start[side] + len(values))
+                ids[side][r, span], sentence[side][r, span] = values, k
+                position[side][r, span] = torch.arange(len(values))
+                start[side] = span.stop
+            depth[r, start["src"] - n : start["src"]] = src.depth[0]
+    packing = {side: Packing(sentence=sentence[side], position=position[side]) for side in width}
+    source = Source(ids=ids["src"], lengths=(sentence["src"] >= 0).sum(1), depth=depth, packed=packing["src"])
+    return source, ids["tgt"], packing["tgt"], alone
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_a_packed_row_computes_what_its_sentences_compute_alone(variant):
+    """Training on packed rows (``batching.pack``) is training on the sentences themselves:
+    attention (the DBSA parse heads' too) stays within each sentence and its own source,
+    positions restart."""
+    model = tiny_model(variant)
+    src, tgt, tgt_packed, alone = packed_rows([[(4, 3), (3, 5), (2, 2)], [(6, 4)]])
+    packed = model(src, tgt, tgt_packed=tgt_packed)
+    for (r, k), (one_src, one_tgt) in zip([(0, 0), (0, 1), (0, 2), (1, 0)], alone):
+        here_src, here_tgt = src.packed.sentence[r] == k, tgt_packed.sentence[r] == k
+        one = model(one_src, one_tgt)
+        close(packed.logits[r, here_tgt], one.logits[0])
+        if one.enc_parse_logprobs is not None:  # log P(head) over the row: its own sentence only
+            close(packed.enc_parse_logprobs[r][here_src][:, here_src], one.enc_parse_logprobs[0])
+            assert torch.isinf(packed.enc_parse_logprobs[r][here_src][:, ~here_src]).all()
+        if one.dec_parse_logprobs is not None:
+            close(packed.dec_parse_logprobs[r][here_tgt][:, here_tgt], one.dec_parse_logprobs[0])
+            assert torch.isinf(packed.dec_parse_logprobs[r][here_tgt][:, ~here_tgt]).all()
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

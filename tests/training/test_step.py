@@ -45,6 +45,14 @@ def test_two_ddp_workers_update_exactly_like_one(demo_dataset, tmp_path, model):
     assert moved > 10  # the updates really changed the parameters
 
 
+def test_two_ddp_workers_on_packed_rows_update_exactly_like_one_on_a_sentence_per_row(demo_dataset, tmp_path):
+    """``batching.pack`` under DDP: each rank's share packed into rows, DBSA's parse losses too."""
+    (one,), (two, two_rank1) = launch(demo_dataset, tmp_path, 1, "dbsa"), launch(demo_dataset, tmp_path, 2, "dbsa", "packed")
+    for name, value in one.items():
+        torch.testing.assert_close(two[name], value, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(two_rank1[name], two[name], atol=0, rtol=0)
+
+
 @pytest.mark.parametrize("model", ["dbsa", "hier_tree_gru"])
 def test_one_worker_accumulating_two_batches_updates_exactly_like_two_workers(demo_dataset, tmp_path, model):
     """The same global batch as 1 worker × 2 accumulated batches and as 2 workers × 1 batch
@@ -87,3 +95,27 @@ def test_nan_loss_fails_with_that_reason(demo_dataset):
 def test_inverse_square_root_warmup():
     factor = inverse_sqrt_schedule(100)
     assert factor(50) == pytest.approx(0.5) and factor(100) == 1.0 and factor(400) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("dec_parse_target", ["output", "input"])
+def test_a_packed_batch_has_the_loss_of_its_sentences_one_per_row(demo_dataset, dec_parse_target):
+    """``batching.pack`` changes how sentences sit in rows, not what is learnt: DBSA's token and
+    parse losses (heads re-indexed to row positions) and their counts equal the unpacked ones."""
+    from platform.training.loss import forward, loss_sums, teacher_forcing
+
+    config = tiny_config("dbsa", model={"dropout": 0.0, "dec_parse_target": dec_parse_target})
+    assert config.batching.pack
+    dataset = Dataset.open(demo_dataset)
+    torch.manual_seed(0)
+    model = build_training(config, 1000, 1000, Context())[0].eval()
+    packed = next(iter(ShardedBatches(dataset.train, config.batching)))
+    unpacked = dataset.train.collate(packed.indices.numpy())
+    assert packed.src_ids.shape[0] < unpacked.src_ids.shape[0]  # several sentences per row
+    sums = []
+    for batch in (packed, unpacked):
+        tgt_in, tgt_out = teacher_forcing(batch)
+        with torch.no_grad():
+            sums.append(loss_sums(forward(model, batch, tgt_in), batch, tgt_out, 0.1, config.model))
+    for name in ("token_loss", "num_tokens", "enc_loss", "enc_count", "dec_loss", "dec_count"):
+        torch.testing.assert_close(getattr(sums[0], name), getattr(sums[1], name), atol=1e-3, rtol=1e-5)
+    assert sums[0].enc_count > 0 and sums[0].dec_count > 0
