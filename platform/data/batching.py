@@ -238,9 +238,9 @@ class BatchingConfig:
     max_length: int | None = None  # train only on pairs of at most this many subwords a side
     update_freq: int = 1  # batches accumulated per update (with global_tokens: chosen, leave 1)
     global_tokens: int | None = None  # tokens per update over all ranks, independent of the workers
-    # True: each batch holds one length (the least padding: the fastest tokens/s); False: each
-    # batch is a random sample of the split, as JoeyNMT's, which learns more per update at
-    # about half the CPU tokens/s (padding; docs/performance.md "Learning per update")
+    # unpacked batches (the recurrent and tree encoders): True, each batch holds one length (the
+    # least padding); False, each batch is a random sample of the split, as JoeyNMT's, which
+    # learns more per update at about half the CPU tokens/s (padding; docs/performance.md)
     sort_by_length: bool = True
     # several random sentences per row, attention confined to each (models.inputs.Packing): the
     # composition of random batches at the speed of sorted ones (sort_by_length is then moot);
