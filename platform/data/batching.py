@@ -163,39 +163,26 @@ class ParquetExamples:
         first = np.searchsorted(row, row)  # [N] the row's first sentence
         layout = {"src": _Spans(src_len, row, first), "tgt": _Spans(tgt_len, row, first)}
         words = {"src": layout["src"], "tgt": _Spans(tgt_len - 1, row, first, layout["tgt"].start)}  # targets without EOS
-        shape = {side: (len(rows), int(spans.width)) for side, spans in layout.items()}
-        columns = {}
-        for name in LIST_COLUMNS:
-            if name == "src_tree_parent":
-                continue
-            spans = words[name[:3]]
-            values = self.values[name][np.repeat(self.offsets[name][indices], spans.lengths) + spans.within]
-            if name in HEAD_COLUMNS:  # a head is a position: the sentence's own, offset in the row
-                values = np.where(values >= 0, values + spans.rows_cols[1] - spans.within, values)
-            columns[name] = np.full(shape[name[:3]], PAD_VALUES.get(name, -1), dtype=np.int64)
-            columns[name][spans.rows_cols] = values
-        ends = words["tgt"].start + tgt_len - 1
-        columns["tgt_ids"][row, ends] = EOS_ID  # tgt_out: y1..yn EOS per sentence
-        tgt_in = np.full(shape["tgt"], PAD_ID, dtype=np.int64)
-        tgt_in[row, words["tgt"].start] = BOS_ID  # tgt_in: BOS y1..yn per sentence
-        y_rows, y_cols = words["tgt"].rows_cols
-        tgt_in[y_rows, y_cols + 1] = columns["tgt_ids"][y_rows, y_cols]
-        sentence, position = {}, {}
-        for side, spans in layout.items():
-            sentence[side] = np.full(shape[side], -1, dtype=np.int64)
-            position[side] = np.zeros(shape[side], dtype=np.int64)
-            sentence[side][spans.rows_cols] = np.repeat(np.arange(len(row)) - first, spans.lengths)
-            position[side][spans.rows_cols] = spans.within
+        columns = {name: self._packed_column(name, indices, words[name[:3]], layout[name[:3]].shape)
+                   for name in LIST_COLUMNS if name != "src_tree_parent"}
+        tgt_in = _add_bos_eos(columns["tgt_ids"], words["tgt"], row)
         tensors = {name: torch.from_numpy(value) for name, value in columns.items()}
-        packing = {side: Packing(sentence=torch.from_numpy(sentence[side]), position=torch.from_numpy(position[side]))
-                   for side in shape}
-        rows_ = PackedRows(source=packing["src"], target=packing["tgt"], tgt_in=torch.from_numpy(tgt_in),
-                           tgt_out=tensors["tgt_ids"])
+        rows_ = PackedRows(source=layout["src"].packing(), target=layout["tgt"].packing(),
+                           tgt_in=torch.from_numpy(tgt_in), tgt_out=tensors["tgt_ids"])
         return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
                      tgt_lengths=torch.from_numpy(tgt_len - 1),
                      src_tree_parent=torch.full((len(rows), 1), -1, dtype=torch.int64),
                      src_text=[self.texts["src_text"][i] for i in indices],
                      tgt_text=[self.texts["tgt_text"][i] for i in indices], rows=rows_, **tensors)
+
+    def _packed_column(self, name: str, indices: np.ndarray, spans: "_Spans", shape: tuple[int, int]) -> np.ndarray:
+        """Column ``name`` of the sentences ``indices`` laid out in rows as ``spans`` says."""
+        values = self.values[name][np.repeat(self.offsets[name][indices], spans.lengths) + spans.within]
+        if name in HEAD_COLUMNS:  # a head is a position: the sentence's own, offset in the row
+            values = np.where(values >= 0, values + spans.rows_cols[1] - spans.within, values)
+        out = np.full(shape, PAD_VALUES.get(name, -1), dtype=np.int64)
+        out[spans.rows_cols] = values
+        return out
 
     def _tree_parents(self, indices: np.ndarray, longest: int) -> torch.Tensor:
         return pad_tree_parents([self.row("src_tree_parent", index) for index in indices], longest)
@@ -392,9 +379,27 @@ class _Spans:
         if start is None:  # back to back within each row
             start = ends - lengths - (ends - lengths)[first]
         self.start = start
-        self.width = (start + lengths).max()
+        self.shape = (int(row[-1]) + 1, int((start + lengths).max()))  # [R, width]
         self.within = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)  # position in the sentence
         self.rows_cols = (np.repeat(row, lengths), np.repeat(start, lengths) + self.within)
+        self.number = np.repeat(np.arange(len(row)) - first, lengths)  # each position's sentence in its row
+
+    def packing(self) -> Packing:
+        """The models' view: each position's sentence (-1 on padding) and its position in it."""
+        sentence, position = np.full(self.shape, -1, dtype=np.int64), np.zeros(self.shape, dtype=np.int64)
+        sentence[self.rows_cols], position[self.rows_cols] = self.number, self.within
+        return Packing(sentence=torch.from_numpy(sentence), position=torch.from_numpy(position))
+
+
+def _add_bos_eos(tgt: np.ndarray, words: _Spans, row: np.ndarray) -> np.ndarray:
+    """Packed target rows [R, T] (sentences back to back, a free position after each): EOS into
+    that position (``tgt`` becomes tgt_out), and tgt_in returned: BOS y1..yn per sentence."""
+    tgt[row, words.start + words.lengths] = EOS_ID
+    tgt_in = np.full(tgt.shape, PAD_ID, dtype=np.int64)
+    tgt_in[row, words.start] = BOS_ID
+    rows, cols = words.rows_cols
+    tgt_in[rows, cols + 1] = tgt[rows, cols]
+    return tgt_in
 
 
 def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[list[int]]:
