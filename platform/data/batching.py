@@ -328,17 +328,17 @@ class ShardedBatches:
             self.epoch, self.next_batch = epoch, 0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "next_batch": self.next_batch, "seed": self.config.seed,
-                "world_size": self.world_size, "num_examples": len(self.lengths),
+        return {"epoch": self.epoch, "next_batch": self.next_batch, **self._layout()}
+
+    def _layout(self) -> dict[str, Any]:
+        """What decides the batch order: a saved position is valid only where all of it is equal."""
+        return {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths),
                 "max_tokens": self.max_tokens, "update_freq": self.update_freq,
                 "max_sentences": self.config.max_sentences, "max_length": self.config.max_length,
                 "sort_by_length": self.config.sort_by_length, "pack": bool(self.config.pack)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = {"seed": self.config.seed, "world_size": self.world_size, "num_examples": len(self.lengths),
-                    "max_tokens": self.max_tokens, "update_freq": self.update_freq,
-                    "max_sentences": self.config.max_sentences, "max_length": self.config.max_length,
-                    "sort_by_length": self.config.sort_by_length, "pack": bool(self.config.pack)}
+        expected = self._layout()
         older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq,  # checkpoints before accumulation,
                  "max_sentences": None, "max_length": None, "sort_by_length": True,
                  "pack": False}  # sentence batches, random ones, sorted, unpacked
