@@ -224,7 +224,9 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
         from mlflow.exceptions import MlflowException
 
-        with pytest.raises(MlflowException, match=r"runs/set-tag failed .*(Connection refused|NewConnectionError)"):
+        # refused on a new connection, or reset on one MLflow's session kept alive to the killed server
+        with pytest.raises(MlflowException,
+                           match=r"runs/set-tag failed .*(Connection refused|NewConnectionError|Connection reset)"):
             RunLogger(server.uri, run_id, reopen=False).tag("x", "y")
     finally:
         if server.process.poll() is None:
