@@ -2,11 +2,13 @@
 
     python -m platform.train --model dbsa                      # demo corpus, CPU-sized model
     python -m platform.train --model transformer --smoke       # tiny model, a few steps
+    python -m platform.train --model dbsa --max-updates 300 --log-every 50 --validate-every 100
     python -m platform.train --model deprel --data data/ja-en --set model.l_clip=3 --workers 2
 
 A Ray Train V2 ``TorchTrainer`` runs ``--workers`` DDP workers (gloo on CPU, nccl with GPUs);
-each reads its shard of the training data, rank 0 evaluates on the dev set every epoch,
-writes a checkpoint through Ray and the metrics to MLflow.  A failed worker group restarts
+each reads its shard of the training data; rank 0 writes a progress line and the train
+metrics to MLflow every ``--log-every`` updates, evaluates on the dev set every epoch (or
+every ``--validate-every`` updates) and writes a checkpoint through Ray.  A failed worker group restarts
 from the last checkpoint (``--max-failures``).  Run from the repository root.
 """
 
@@ -56,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpus-per-worker", type=float, default=0.0,
                         help="CPUs per worker, also its torch threads (default: this machine's cores / workers)")
     parser.add_argument("--max-epochs", type=int, help="number of epochs (default: the size preset's, 3 for cpu; smoke 2)")
+    parser.add_argument("--max-updates", type=int,
+                        help="stop after this many updates (without --max-epochs, the only limit)")
+    parser.add_argument("--log-every", type=int, metavar="N",
+                        help="a progress line and train metrics in MLflow every N updates (default 100; 0: none)")
+    parser.add_argument("--validate-every", type=int, metavar="N",
+                        help="validate on dev and checkpoint every N updates (default: at each epoch's end)")
+    parser.add_argument("--save-every", type=int, metavar="N",
+                        help="also checkpoint every N updates, without validating (default: at validations only)")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and a few steps, for a quick check")
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment name (default syntax-nmt)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
@@ -78,8 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("give --model NAME or --recipe NAME (see --help)")
     model = args.model or recipes.get_recipe(args.recipe).model
     recipe, _ = recipes.recipe_for(model, args.recipe)
+    intervals = [f"{key}={value}" for key, value in (("log_every", args.log_every), ("validate_every", args.validate_every),
+                                                      ("save_every", args.save_every)) if value is not None]
     config = resolve_config(model, "smoke" if args.smoke else args.size, recipe=recipe, config_file=args.config,
-                            overrides=args.overrides, max_epochs=args.max_epochs)
+                            overrides=[*args.overrides, *intervals], max_epochs=args.max_epochs,
+                            max_updates=args.max_updates)
     if args.print_config:
         print(config_io.dump_yaml(config), end="")
         return 0

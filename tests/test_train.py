@@ -33,7 +33,7 @@ def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_da
     run = runs[0]
     assert run.info.status == "FINISHED"
     assert "dev_bleu" in run.data.metrics and "dev_chrf" in run.data.metrics and "tokens_per_s" in run.data.metrics
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [1, 2]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [8, 16]  # updates
     assert run.data.params["model"] == model and run.data.params["workers"] == "1"
     assert run.data.tags["mlflow.source.name"] == "platform.train"  # the runs table's Source column
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -42,7 +42,7 @@ def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_da
     assert client.get_experiment_by_name("smoke").artifact_location.startswith(str(tmp_path))
     # the best checkpoint as an MLflow PyTorch model of the run, with the same weights
     (output,) = run.outputs.model_outputs
-    assert output.step == int(run.data.tags["best_epoch"])
+    assert output.step == int(run.data.tags["best_step"]) == 8 * int(run.data.tags["best_epoch"])
     best = torch.load(client.download_artifacts(run.info.run_id, "best/checkpoint.pt", str(tmp_path)), weights_only=True)
     loaded = mlflow.pytorch.load_model(client.get_logged_model(output.model_id).artifact_location)
     assert all(torch.equal(tensor, best["model"][name]) for name, tensor in loaded.state_dict().items())
@@ -85,13 +85,35 @@ def test_a_gpu_worker_on_a_cluster_without_gpus_is_one_line_before_any_work(ray_
 
 def test_train_cli_as_a_user_runs_it(own_cluster, demo_dataset, tmp_path):
     """`python -m platform.train` from the repository root, starting its own Ray."""
-    result = run_module("platform.train", "--model", "transformer", *smoke_args(demo_dataset, tmp_path, "cli"), timeout=600)
+    result = run_module("platform.train", "--model", "transformer", *smoke_args(demo_dataset, tmp_path, "cli"),
+                        "--log-every", "4", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "epoch 2/2  train_loss" in result.stdout + result.stderr
+    shown = result.stdout + result.stderr
+    assert "epoch 2/2  update 16  train_loss" in shown  # each validation (smoke epochs: 8 updates)
+    assert "update 12  epoch 2  loss " in shown and " tok/s " in shown and " eta 0:" in shown  # every 4 updates
     _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "cli")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     bad = run_module("platform.train", "--model", "transformer", "--set", "optim.learning_rate=1", "--data", str(demo_dataset))
     assert bad.returncode == 2 and "unknown config key 'optim.learning_rate'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_update_limits_and_intervals_as_a_user_sets_them(ray_cluster, demo_dataset, tmp_path):
+    """``--max-updates 12 --log-every 4 --validate-every 6`` over smoke epochs of 8 updates, no
+    epoch limit: progress lines, train metrics at updates 4, 8, 12 (and the validation's own
+    window at 6), dev BLEU at 6 and 12, Ray checkpoints of updates 6 and 12, and the run stops at 12
+    (the progress lines: ``test_train_cli_as_a_user_runs_it``, tests/training/test_loop.py)."""
+    assert train.main(["--model", "dbsa", *smoke_args(demo_dataset, tmp_path, "updates", "--name", "u12"),
+                       "--max-updates", "12", "--log-every", "4", "--validate-every", "6"]) == 0
+    client, (run,) = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "updates")
+    assert run.info.status == "FINISHED" and run.data.params["max_updates"] == "12"
+    history = {key: [int(m.step) for m in client.get_metric_history(run.info.run_id, key)]
+               for key in ("train_loss", "lr", "grad_norm", "dev_bleu", "epoch")}
+    assert history["dev_bleu"] == [6, 12]
+    assert history["train_loss"] == [4, 6, 8, 12]  # update 12's window is the progress entry's, logged once
+    assert history["grad_norm"] == history["lr"] == history["train_loss"] and history["epoch"] == [4, 6, 8, 12]
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "epoch")] == [1, 1, 1, 2]
+    checkpoints = sorted((tmp_path / "runs" / "u12").glob("checkpoint_*/checkpoint.pt"))
+    assert [torch.load(path, weights_only=True)["progress"]["step"] for path in checkpoints] == [6, 12]
 
 
 def test_a_relative_sqlite_uri_keeps_every_metric(ray_cluster, demo_dataset, tmp_path, monkeypatch):
@@ -104,7 +126,7 @@ def test_a_relative_sqlite_uri_keeps_every_metric(ray_cluster, demo_dataset, tmp
     assert train.main([*args, "--experiment", "rel-sqlite", "--tracking-uri", "sqlite:///heldout.db"]) == 0
     client, found = runs_of(f"sqlite:///{tmp_path}/heldout.db", "rel-sqlite")
     assert len(found) == 1 and found[0].info.status == "FINISHED"
-    assert [m.step for m in client.get_metric_history(found[0].info.run_id, "dev_bleu")] == [1, 2]
+    assert [m.step for m in client.get_metric_history(found[0].info.run_id, "dev_bleu")] == [8, 16]
     assert (tmp_path / "mlruns").is_dir()  # the sqlite store's artifacts: beside heldout.db
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path}/file-store")
     refused = run_module("platform.train", *args, "--experiment", "rel-file")
@@ -138,7 +160,7 @@ def test_a_rerun_with_the_same_name_continues_its_run(ray_cluster, demo_dataset,
     assert len(found) == 1
     run = found[0]
     assert run.info.status == "FINISHED" and int(run.data.tags["resumed_from_epoch"]) >= 1
-    assert sorted({int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu")}) == [1, 2, 3]
+    assert sorted({int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu")}) == [30, 60, 90]
 
     again = run_module("platform.train", *args, timeout=120)  # answered before Ray starts
     assert again.returncode == 0 and "has finished already" in again.stdout, again.stderr[-2000:]

@@ -88,8 +88,8 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
         run_config=ray.train.RunConfig(
             name=job.run_name, storage_path=str(job.storage_path),
             failure_config=ray.train.FailureConfig(max_failures=job.max_failures),
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="dev_bleu",
-                                                         checkpoint_score_order="max"),
+            # the newest checkpoints, to resume from (the best one goes to MLflow from rank 0)
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=config.keep_last),
             logging_config=ray.train.LoggingConfig(log_level="ERROR"),  # our own progress lines only
             callbacks=callbacks),
     )

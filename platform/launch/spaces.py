@@ -197,11 +197,24 @@ def load_space(name: str, size: str = "sweep", overrides: Sequence[str] = (), ma
     spec = config_io.from_dict(SpaceFile, raw, where=str(path))
     base = resolve(spec.model, size, recipe=spec.recipe, overrides=overrides, max_epochs=max_epochs)
     base["patience"] = None
-    model = load_train_config(base).model  # a bad --set fails here; the layer counts the trials build
+    loaded = load_train_config(base)  # a bad --set fails here; the layer counts the trials build
+    _check_epoch_reports(loaded)
+    model = loaded.model
     layers = {symbol: getattr(model, field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
     space = Space(name, path, spec, base, layers)
     _validate(space, path)
     return space
+
+
+def _check_epoch_reports(config) -> None:
+    """A sweep's scheduler counts a trial's reports as epochs (ASHA's rungs, its ``max_t``): a
+    trial validates and reports once per epoch, so update intervals and limits are refused."""
+    for key in ("max_updates", "validate_every", "save_every"):
+        if getattr(config, key) is not None:
+            raise ConfigError(f"{key}: a sweep's trials report once per epoch (ASHA counts epochs); "
+                              "shorten epochs with max_steps_per_epoch instead")
+    if config.max_epochs is None:
+        raise ConfigError("max_epochs: a sweep needs an epoch limit (ASHA's max_t)")
 
 
 def _validate(space: Space, path: Path) -> None:

@@ -20,7 +20,7 @@ from platform.training.averaging import LAST_EPOCHS, epoch_files, keep_epoch
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.context import Context
-from platform.training.loop import fit, temp_checkpoint
+from platform.training.loop import UPDATE_METRICS, fit, temp_checkpoint
 from platform.training.step import Diverged
 
 
@@ -148,7 +148,7 @@ class RayHooks:
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
             self.logger.tag("restarts", str(restarts))
             self.logger.tag("resumed_from_epoch", str(state["progress"]["epoch"]))
-            self.logger.missing_metrics(self.history, "epoch")  # what an outage kept from MLflow before the failure
+            self.logger.missing_metrics(self.history, "step")  # what an outage kept from MLflow before the failure
         return state
 
     def diverged(self, reason: str) -> None:
@@ -158,6 +158,9 @@ class RayHooks:
 
     def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
         keep_epoch(self.workdir / LAST_EPOCHS, epoch, weights, keep)  # logged to MLflow by finish()
+
+    def progress(self, metrics, step) -> None:
+        self.logger.metrics(metrics, step=step)
 
     def wrap(self, model):
         import ray.train.torch
@@ -187,19 +190,25 @@ class RayHooks:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
 
     def _log(self, metrics, state, evaluation, is_best) -> None:
+        """A report in MLflow at its update (``step``); the train metrics that a progress entry
+        logged at that update already are not logged twice."""
         from platform.tracking import plots  # matplotlib: only rank 0 needs it
 
-        epoch = int(metrics["epoch"])
-        self.logger.metrics(metrics, step=epoch)
+        step, epoch = int(metrics["step"]), int(metrics["epoch"])
+        every = self.config.log_every
+        logged = {k: v for k, v in metrics.items() if not (every and step % every == 0 and k in UPDATE_METRICS)}
+        self.logger.metrics(logged, step=step)
         plots.learning_curves(self.history, self.workdir / "learning_curves.png")
         self.logger.artifact(self.workdir / "learning_curves.png", "plots")
+        name = f"epoch_{epoch:03d}" if self.config.validate_every is None else f"update_{step:07d}"
         if evaluation is not None:
-            self.logger.text("\n".join(evaluation.hypotheses) + "\n", f"dev_hypotheses/epoch_{epoch:03d}.txt")
+            self.logger.text("\n".join(evaluation.hypotheses) + "\n", f"dev_hypotheses/{name}.txt")
             self.logger.tag("sacrebleu_signature", evaluation.signature)
         if is_best:
             save_checkpoint(state, self.workdir / "best" / CHECKPOINT_FILE)
             self.logger.artifact(self.workdir / "best" / CHECKPOINT_FILE, "best")
             self.logger.tag("best_epoch", str(epoch))
+            self.logger.tag("best_step", str(step))
             if evaluation is not None:
                 self.logger.text("\n".join(evaluation.hypotheses) + "\n", "dev_hypotheses/best.txt")
 
@@ -219,7 +228,8 @@ class RayHooks:
             for path in epoch_files(self.workdir / LAST_EPOCHS):  # for evaluate --average-last
                 self.logger.artifact(path, LAST_EPOCHS)
             # how long rank 0's calls into MLflow held training up, timed around each call: ~0 by design
-            self.logger.metrics({"tracking_wait_s": self.logger.held_s}, step=len(self.history))
+            last = int(self.history[-1]["step"]) if self.history else 0
+            self.logger.metrics({"tracking_wait_s": self.logger.held_s}, step=last)
 
     def _log_mlflow_model(self, best: Path) -> None:
         """A training that finished stays finished if MLflow cannot save its model: the
@@ -233,4 +243,4 @@ class RayHooks:
             sys.stderr.write(f"warning: the best checkpoint was not saved as an MLflow model: {reason}\n")
             self.logger.tag("mlflow_model_error", reason)
             return
-        self.logger.model(self.workdir / "mlflow_model", int(params["epoch"]), params)
+        self.logger.model(self.workdir / "mlflow_model", int(params["step"]), params)

@@ -38,7 +38,7 @@ PROGRESS_BARS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 
 def save(checkpoint: Path, directory: Path) -> dict[str, str]:
     """Write the MLflow model of ``checkpoint`` into ``directory`` (which must not exist);
-    returns the logged model's params (model name, languages, best epoch)."""
+    returns the logged model's params (model name, languages, best epoch and update)."""
     import mlflow.pytorch
     import sentencepiece
     import torch
@@ -60,7 +60,7 @@ def save(checkpoint: Path, directory: Path) -> dict[str, str]:
             extra_files=[str(path) for path in sorted(extras.iterdir())],
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"sentencepiece=={sentencepiece.__version__}"])
     return {"model": config.model.name, "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"],
-            "epoch": str(state["progress"]["epoch"])}
+            "epoch": str(state["progress"]["epoch"]), "step": str(state["progress"]["step"])}
 
 
 @contextlib.contextmanager

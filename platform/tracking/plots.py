@@ -17,8 +17,9 @@ warnings.filterwarnings("ignore", message="Glyph .* missing from font", category
 
 
 def learning_curves(history: list[dict[str, float]], path: str | Path) -> Path:
-    """The loss and score panels per epoch (``training.metrics.SHOWN`` says which metric goes where)."""
-    epochs = [row["epoch"] for row in history]
+    """The loss and score panels per report, over updates (``training.metrics.SHOWN`` says
+    which metric goes where; a checkpoint without validation has no dev points)."""
+    epochs = [row.get("step", row["epoch"]) for row in history]
     figure, (losses, scores) = plt.subplots(1, 2, figsize=(10, 4))
     from platform.training.metrics import SHOWN, shown
 
@@ -29,8 +30,8 @@ def learning_curves(history: list[dict[str, float]], path: str | Path) -> Path:
         if any(key in row for row in history):
             scale = SHOWN[key].curve_scale
             scores.plot(epochs, [row.get(key, np.nan) * scale for row in history], marker="o", label=key + (" ×100" if scale > 1 else ""))
-    losses.set_xlabel("epoch"), losses.set_title("loss"), losses.legend()
-    scores.set_xlabel("epoch"), scores.set_title("dev scores"), scores.legend()
+    losses.set_xlabel("update"), losses.set_title("loss"), losses.legend()
+    scores.set_xlabel("update"), scores.set_title("dev scores"), scores.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

@@ -86,17 +86,35 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    max_epochs: int = 10
+    max_epochs: int | None = 10  # None: no epoch limit (then max_updates is)
+    max_updates: int | None = None  # stop after this many updates in all (whichever limit comes first)
     max_steps_per_epoch: int | None = None  # cut epochs short (smoke runs)
-    patience: int | None = None  # stop after this many epochs without a better dev_bleu
+    log_every: int = 100  # updates between progress lines and train metrics in MLflow (0: none)
+    validate_every: int | None = None  # updates between dev validations (None: at the end of each epoch)
+    save_every: int | None = None  # updates between checkpoints that skip validation (None: at validations only)
+    keep_last: int = 2  # resume checkpoints kept in the run's storage (Ray's num_to_keep)
+    best_metric: Literal["dev_bleu", "dev_chrf", "dev_loss"] = "dev_bleu"  # chooses the best checkpoint
+    patience: int | None = None  # stop after this many validations without a better best_metric
     keep_last_epochs: int = 5  # weights of the last N epochs, for evaluate --average-last (0: none)
     seed: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_epochs < 1:
-            raise ValueError(f"max_epochs must be ≥ 1, got {self.max_epochs}")
-        if self.keep_last_epochs < 0:
-            raise ValueError(f"keep_last_epochs must be ≥ 0, got {self.keep_last_epochs}")
+        if self.max_epochs is None and self.max_updates is None:
+            raise ValueError("max_epochs and max_updates cannot both be unset: training would never stop")
+        for name in ("max_epochs", "max_updates", "validate_every", "save_every", "max_steps_per_epoch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be ≥ 1, got {value}")
+        for name in ("log_every", "keep_last_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
+        if self.keep_last < 1:
+            raise ValueError(f"keep_last must be ≥ 1 (the checkpoint to resume from), got {self.keep_last}")
+
+    @property
+    def best_mode(self) -> Literal["max", "min"]:
+        """Whether a larger or a smaller ``best_metric`` is better."""
+        return "min" if self.best_metric.endswith("_loss") else "max"
 
 
 SECTIONS = frozenset(f.name for f in dataclasses.fields(TrainConfig)) - {"model"}
@@ -200,10 +218,12 @@ def resolve_packing(batching: BatchingConfig, model_config) -> BatchingConfig:
 
 
 def resolve(model: str, size: str, *, recipe: str | None = None, config_file: str | None = None,
-            overrides: Sequence[str] = (), max_epochs: int | None = None) -> dict[str, Any]:
+            overrides: Sequence[str] = (), max_epochs: int | None = None,
+            max_updates: int | None = None) -> dict[str, Any]:
     """A run's config data: the model's preset, the size's dimensions and the recipe's model
     settings, the size's run preset, the recipe's training and decoding (``recipe_training``),
-    then the YAML file, then ``--set`` overrides, then ``max_epochs`` (plain data;
+    then the YAML file, then ``--set`` overrides, then ``max_epochs`` and ``max_updates`` (with
+    ``max_updates`` alone, it is the only limit) (plain data;
     ``resolve_config`` loads it).  ``platform.train`` loads this; ``platform.tune`` applies each
     trial's knobs to it."""
     data: dict[str, Any] = {"model": model_defaults(model, size, recipe)}
@@ -215,6 +235,9 @@ def resolve(model: str, size: str, *, recipe: str | None = None, config_file: st
     for override in overrides:
         config_io.set_dotted(data, *config_io.parse_override(override))
     if max_epochs is not None:
+        data["max_epochs"] = max_epochs
+    if max_updates is not None:  # the limit: epochs too only where given
+        data["max_updates"] = max_updates
         data["max_epochs"] = max_epochs
     named = data["model"].get("name", model)
     if named != model:

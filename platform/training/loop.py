@@ -1,4 +1,4 @@
-"""The epoch loop, as a plain function: ``fit(config, dataset, ctx, hooks)``.
+"""The training loop, as a plain function: ``fit(config, dataset, ctx, hooks)``.
 
 ``platform.launch.worker`` runs it in each Ray Train worker with Ray hooks (DDP wrapping,
 reporting, checkpoints through Ray); tests run it directly with ``LocalHooks``.
@@ -31,7 +31,7 @@ from platform.training.config import TrainConfig
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
 from platform.training.metrics import SHOWN, shown
-from platform.training.step import Diverged, Throughput, build_training, train_step
+from platform.training.step import Diverged, build_training, train_step
 
 
 class Hooks:
@@ -45,8 +45,12 @@ class Hooks:
 
     def report(self, metrics: dict[str, float], state: dict | None, evaluation: Evaluation | None, is_best: bool,
                final: bool = False) -> None:
-        """An epoch's metrics (and, on rank 0, its checkpoint state); ``final``: the training's last
-        epoch (its last one, or early stopping), so the end-of-run work belongs before it is reported."""
+        """A report's metrics (and, on rank 0, its checkpoint state): at each validation and
+        ``save_every`` checkpoint; ``final``: the training's last report (at its limit, or early
+        stopping), so the end-of-run work belongs before it is reported."""
+
+    def progress(self, metrics: dict[str, float], step: int) -> None:
+        """Rank 0, every ``log_every`` updates: the train metrics of those updates."""
 
     def diverged(self, reason: str) -> None:
         """Training stops for good with ``reason`` (the loss became NaN/inf)."""
@@ -57,10 +61,15 @@ class Hooks:
 
 @dataclass
 class LocalHooks(Hooks):
-    """Keeps checkpoints in a directory (``last.pt``, ``best.pt``) and the reported metrics."""
+    """Keeps checkpoints in a directory (``last.pt``, ``best.pt``), the reported metrics and
+    the progress metrics (with their update)."""
 
     directory: Path
     reported: list[dict[str, float]] = field(default_factory=list)
+    progressed: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+
+    def progress(self, metrics, step) -> None:
+        self.progressed.append((step, metrics))
 
     def resume(self) -> dict | None:
         last = Path(self.directory) / "last.pt"
@@ -79,58 +88,51 @@ class LocalHooks(Hooks):
 
 def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hooks, log=print,
         started_at: float | None = None) -> list[dict[str, float]]:
-    """Train for ``config.max_epochs`` (or until early stopping); returns the metric history.
+    """Train until ``max_epochs`` or ``max_updates`` (or early stopping); returns the history of
+    reports (one per validation or checkpoint).
 
-    Every epoch's metrics say where its time went: ``steps_s`` (the update loop, batches
-    included) and ``eval_s`` (dev decoding and scoring); with ``started_at`` (a ``time.time()``
-    of the launch, e.g. the CLI's start), the first epoch of this process also has
-    ``startup_s``, the seconds from the launch to the first update, and ``first_step_at``
-    (its ``time.time()``)."""
+    Every ``log_every`` updates, rank 0 writes a progress line and ``hooks.progress`` gets the
+    train metrics of those updates.  A report (``hooks.report``, with the checkpoint) comes at
+    each validation (every ``validate_every`` updates, or at each epoch's end) and every
+    ``save_every`` updates; the last update always gets one.  A report's metrics say where its
+    time went: ``steps_s`` (updates, batches included) and ``eval_s`` (dev decoding and
+    scoring); with ``started_at`` (a ``time.time()`` of the launch), the first report of this
+    process also has ``startup_s``, the seconds from the launch to the first update, and
+    ``first_step_at`` (its ``time.time()``)."""
     sampler = ShardedBatches(dataset.train, config.batching, rank=ctx.rank, world_size=ctx.world_size)
     vocab = dataset.meta["vocab_size"]
     model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)
-    progress = {"epoch": 0, "step": 0, "history": [], "best_bleu": -1.0, "best_epoch": 0, "bad_epochs": 0}
+    progress = new_progress()
     state = hooks.resume()
     if state is not None:
         check_subwords(state, dataset)
-        progress = restore(state, model, optimizer, scheduler, sampler)
+        progress = upgraded_progress(restore(state, model, optimizer, scheduler, sampler))
         started_at = None  # a restart: its start-up is not the launch's
-        log(f"resumed from epoch {progress['epoch']} (step {progress['step']})")
-    trained = hooks.wrap(model)
-    tgt_model = SubwordModel(dataset.subword_bytes["tgt"]) if ctx.rank == 0 else None
-    for epoch in range(progress["epoch"], config.max_epochs):
-        try:
-            metrics = _train_epoch(trained, optimizer, scheduler, sampler, config, ctx, epoch, progress, hooks)
-            if started_at is not None and "first_step_at" in metrics:
-                metrics["startup_s"] = max(0.0, metrics["first_step_at"] - started_at)
-                started_at = None
-            else:
-                metrics.pop("first_step_at", None)
-        except Diverged as error:
-            reason = f"diverged at epoch {epoch + 1}, step {progress['step'] + 1}: {error}"
-            if ctx.rank == 0:
-                log(reason)
-                hooks.diverged(reason)
-            raise Diverged(reason) from None
-        evaluation = None
-        if ctx.rank == 0 and dataset.dev is not None:
-            began = time.perf_counter()
-            evaluation = evaluate(model, dataset.dev, config, tgt_model, dataset.meta["tgt_lang"], ctx)
-            metrics.update(evaluation.metrics)
-            metrics["eval_s"] = time.perf_counter() - began
-        is_best = _update_progress(progress, metrics, epoch)
-        stop = _should_stop(progress, config, ctx)
-        state = (checkpoint_state(model, optimizer, scheduler, sampler, config, progress, dataset.subword_bytes,
-                                  dataset.meta) if ctx.rank == 0 else None)
-        if ctx.rank == 0:
-            log(progress_line(metrics, config.max_epochs))
-            hooks.keep_weights(epoch + 1, state["model"], config.keep_last_epochs)
-        hooks.report(metrics, state, evaluation, is_best, final=stop or epoch + 1 == config.max_epochs)
-        if stop:
-            if ctx.rank == 0:
-                log(f"early stopping: no better dev_bleu for {config.patience} epochs")
-            break
+        log(f"resumed from epoch {progress['epoch']} (update {progress['step']})")
+    run = _Run(model, hooks.wrap(model), optimizer, scheduler, sampler, config, ctx, hooks, dataset, progress, log)
+    run.window.started_at = started_at
+    run.train()
     return progress["history"]
+
+
+def new_progress() -> dict:
+    """A run's counters, saved in every checkpoint: completed ``epoch``s, updates (``step``),
+    updates into the current epoch, the report history, and the best ``best_metric`` so far."""
+    return {"epoch": 0, "step": 0, "epoch_step": 0, "history": [], "best": None, "best_step": 0, "best_epoch": 0,
+            "bad_validations": 0}
+
+
+def upgraded_progress(saved: dict) -> dict:
+    """Progress from a checkpoint, older ones (per-epoch, best by dev_bleu) included."""
+    progress = {**new_progress(), **saved}
+    if "best_bleu" in saved:
+        best = saved.pop("best_bleu")
+        progress.pop("best_bleu", None)
+        progress["best"] = None if best < 0 else best
+        progress["bad_validations"] = progress.pop("bad_epochs", 0)
+        progress["best_step"] = next((int(row.get("step", 0)) for row in saved["history"]
+                                      if int(row["epoch"]) == saved.get("best_epoch")), 0)
+    return progress
 
 
 def check_subwords(state: dict, dataset: PreparedDataset) -> None:
@@ -143,49 +145,227 @@ def check_subwords(state: dict, dataset: PreparedDataset) -> None:
                 f"encode it with `platform.prepare --subwords-from` the checkpoint's dataset, or train under a new --name")
 
 
-def _train_epoch(model, optimizer, scheduler, sampler, config, ctx, epoch, progress, hooks) -> dict[str, float]:
-    """One epoch's updates and their metrics."""
-    sampler.set_epoch(epoch)
-    meter = Throughput()
-    loss_sum, steps = 0.0, 0
-    began, timing = time.perf_counter(), {}
-    for index, batches in enumerate(sampler.updates()):
-        if config.max_steps_per_epoch is not None and index >= config.max_steps_per_epoch:
-            break
-        if index == 0:
-            timing["first_step_at"] = time.time()
-        result = train_step(model, optimizer, scheduler, batches, config, ctx)
-        loss_sum += result.loss
-        steps += 1
-        progress["step"] += 1
-        meter.add(result.num_tokens)
-    return {"epoch": epoch + 1, "train_loss": loss_sum / max(steps, 1), "tokens_per_s": meter.per_second,
-            "tokens_per_update": meter.tokens / max(steps, 1), "update_freq": sampler.update_freq,
-            "lr": scheduler.get_last_lr()[0], "step": progress["step"], "steps_s": time.perf_counter() - began, **timing}
+# what every ``log_every`` updates logs (``Hooks.progress``), beside the reports' own metrics
+UPDATE_METRICS = ("train_loss", "grad_norm", "tokens_per_s", "tokens_per_update", "lr", "epoch")
 
 
-def _update_progress(progress: dict, metrics: dict[str, float], epoch: int) -> bool:
-    progress["epoch"] = epoch + 1
-    progress["history"].append({k: float(v) for k, v in metrics.items()})
-    bleu = metrics.get("dev_bleu")
-    if bleu is not None and bleu > progress["best_bleu"]:
-        progress["best_bleu"], progress["best_epoch"], progress["bad_epochs"] = float(bleu), epoch + 1, 0
+@dataclass
+class _Window:
+    """The train metrics since a time mark: loss, gradient norm and tokens per update."""
+
+    began: float = field(default_factory=time.perf_counter)
+    loss: float = 0.0
+    grad_norm: float = 0.0
+    tokens: int = 0
+    updates: int = 0
+    started_at: float | None = None  # the launch's time.time(), until the first update
+    first_step_at: float | None = None
+
+    def add(self, loss: float, grad_norm: float, tokens: int) -> None:
+        self.loss, self.grad_norm = self.loss + loss, self.grad_norm + grad_norm
+        self.tokens, self.updates = self.tokens + tokens, self.updates + 1
+
+    def metrics(self) -> dict[str, float]:
+        seconds = max(time.perf_counter() - self.began, 1e-9)
+        count = max(self.updates, 1)
+        return {"train_loss": self.loss / count, "grad_norm": self.grad_norm / count,
+                "tokens_per_s": self.tokens / seconds, "tokens_per_update": self.tokens / count}
+
+    def reset(self) -> None:
+        self.began, self.loss, self.grad_norm, self.tokens, self.updates = time.perf_counter(), 0.0, 0.0, 0, 0
+
+
+class _Run:
+    """One process's training: updates, progress lines, reports and when to stop."""
+
+    def __init__(self, model, trained, optimizer, scheduler, sampler, config: TrainConfig, ctx: Context,
+                 hooks: Hooks, dataset: PreparedDataset, progress: dict, log):
+        self.model, self.trained, self.optimizer, self.scheduler = model, trained, optimizer, scheduler
+        self.sampler, self.config, self.ctx, self.hooks = sampler, config, ctx, hooks
+        self.dataset, self.progress, self.log = dataset, progress, log
+        self.tgt_model = SubwordModel(dataset.subword_bytes["tgt"]) if ctx.rank == 0 else None
+        self.window, self.logged = _Window(), _Window()  # since the last report; since the last progress line
+        self.began = time.perf_counter()
+        self.start_step = progress["step"]
+
+    # --- the loop
+    def train(self) -> None:
+        while not self.finished():
+            if self.train_epoch():
+                return
+
+    def finished(self) -> bool:
+        done = self.progress
+        return ((self.config.max_epochs is not None and done["epoch"] >= self.config.max_epochs)
+                or (self.config.max_updates is not None and done["step"] >= self.config.max_updates))
+
+    def train_epoch(self) -> bool:
+        """The rest of the current epoch; True when training stops inside it."""
+        self.sampler.set_epoch(self.progress["epoch"])
+        per_epoch = self.updates_per_epoch()
+        for batches in self.sampler.updates():
+            self.update(batches)
+            if self.progress["epoch_step"] >= per_epoch:
+                break  # its report is the epoch's
+            if self.after_update(epoch_end=False):
+                return True
+        self.progress["epoch"] += 1
+        self.progress["epoch_step"] = 0
+        self.sampler.set_epoch(self.progress["epoch"])  # a checkpoint from here resumes at the next epoch
+        self.keep_weights()
+        return self.after_update(epoch_end=True)
+
+    def updates_per_epoch(self) -> int:
+        per_epoch = len(self.sampler) // self.sampler.update_freq
+        limit = self.config.max_steps_per_epoch
+        return per_epoch if limit is None else min(per_epoch, limit)
+
+    def update(self, batches) -> None:
+        if self.window.started_at is not None and self.window.first_step_at is None:
+            self.window.first_step_at = time.time()
+        try:
+            result = train_step(self.trained, self.optimizer, self.scheduler, batches, self.config, self.ctx)
+        except Diverged as error:
+            reason = (f"diverged at epoch {self.progress['epoch'] + 1}, update {self.progress['step'] + 1}: "
+                      f"{error}")
+            if self.ctx.rank == 0:
+                self.log(reason)
+                self.hooks.diverged(reason)
+            raise Diverged(reason) from None
+        self.progress["step"] += 1
+        self.progress["epoch_step"] += 1
+        for window in (self.window, self.logged):
+            window.add(result.loss, result.grad_norm, result.num_tokens)
+        every = self.config.log_every
+        if every and self.progress["step"] % every == 0:
+            self.log_progress()
+
+    def after_update(self, epoch_end: bool) -> bool:
+        """Validate, checkpoint and decide whether to stop, where due; True to stop."""
+        step, config = self.progress["step"], self.config
+        final = self.finished()
+        validate = (final or (config.validate_every is None and epoch_end)
+                    or (config.validate_every is not None and step % config.validate_every == 0))
+        save = config.save_every is not None and step % config.save_every == 0
+        if not (validate or save):
+            return False
+        stop = self.report(validate, final)
+        return stop or final
+
+    # --- progress lines
+    def log_progress(self) -> None:
+        metrics = {**self.logged.metrics(), "lr": self.scheduler.get_last_lr()[0], "epoch": self.epoch_number()}
+        self.logged.reset()
+        if self.ctx.rank != 0:
+            return
+        self.hooks.progress(metrics, self.progress["step"])
+        self.log(update_line(metrics, self.progress["step"], self.config, time.perf_counter() - self.began,
+                             self.eta()))
+
+    def epoch_number(self) -> int:
+        """The epoch the last update belongs to, counted from 1."""
+        return self.progress["epoch"] + (1 if self.progress["epoch_step"] else 0)
+
+    def eta(self) -> float | None:
+        """Seconds to the update limit (or the epoch limit) at this process's pace so far."""
+        done = self.progress["step"] - self.start_step
+        if done <= 0:
+            return None
+        per_update = (time.perf_counter() - self.began) / done
+        left = self.updates_left()
+        return None if left is None else left * per_update
+
+    def updates_left(self) -> int | None:
+        config, done = self.config, self.progress
+        lefts = []
+        if config.max_updates is not None:
+            lefts.append(config.max_updates - done["step"])
+        if config.max_epochs is not None:
+            lefts.append((config.max_epochs - done["epoch"]) * self.updates_per_epoch() - done["epoch_step"])
+        return max(0, min(lefts)) if lefts else None
+
+    # --- reports
+    def report(self, validate: bool, final: bool) -> bool:
+        """Report (with the checkpoint) the updates since the last report; True to stop early."""
+        metrics = self.report_metrics()
+        evaluation = None
+        if validate and self.ctx.rank == 0 and self.dataset.dev is not None:
+            began = time.perf_counter()
+            evaluation = evaluate(self.model, self.dataset.dev, self.config, self.tgt_model,
+                                  self.dataset.meta["tgt_lang"], self.ctx)
+            metrics.update(evaluation.metrics)
+            metrics["eval_s"] = time.perf_counter() - began
+        is_best = _update_best(self.progress, metrics, self.config) if validate else False
+        self.progress["history"].append({k: float(v) for k, v in metrics.items()})
+        stop = validate and _should_stop(self.progress, self.config, self.ctx)
+        state = (checkpoint_state(self.model, self.optimizer, self.scheduler, self.sampler, self.config,
+                                  self.progress, self.dataset.subword_bytes, self.dataset.meta)
+                 if self.ctx.rank == 0 else None)
+        if self.ctx.rank == 0 and validate:
+            self.log(progress_line(metrics, self.config))
+        self.hooks.report(metrics, state, evaluation, is_best, final=final or stop)
+        self.window.reset()
+        if stop and self.ctx.rank == 0:
+            self.log(f"early stopping: no better {self.config.best_metric} for {self.config.patience} validations")
+        return stop
+
+    def report_metrics(self) -> dict[str, float]:
+        window = self.window
+        metrics = {"epoch": self.epoch_number(), "step": self.progress["step"], **window.metrics(),
+                   "update_freq": self.sampler.update_freq, "lr": self.scheduler.get_last_lr()[0],
+                   "steps_s": time.perf_counter() - window.began}
+        if window.first_step_at is not None and window.started_at is not None:
+            metrics["first_step_at"] = window.first_step_at
+            metrics["startup_s"] = max(0.0, window.first_step_at - window.started_at)
+            window.started_at = None
+        return metrics
+
+    def keep_weights(self) -> None:
+        """Rank 0, at each epoch's end: the weights for checkpoint averaging."""
+        if self.ctx.rank == 0 and self.config.keep_last_epochs:
+            self.hooks.keep_weights(self.progress["epoch"], self.model.state_dict(), self.config.keep_last_epochs)
+
+
+def _update_best(progress: dict, metrics: dict[str, float], config: TrainConfig) -> bool:
+    """Whether this validation has the best ``best_metric`` so far (rank 0, which has dev scores)."""
+    score = metrics.get(config.best_metric)
+    best = progress["best"]
+    if score is not None and (best is None or (score > best if config.best_mode == "max" else score < best)):
+        progress.update(best=float(score), best_step=progress["step"], best_epoch=int(metrics["epoch"]),
+                        bad_validations=0)
         return True
-    progress["bad_epochs"] += 1
+    progress["bad_validations"] += 1
     return False
 
 
 def _should_stop(progress: dict, config: TrainConfig, ctx: Context) -> bool:
     """Rank 0 decides (only it has dev scores); every rank must agree, or DDP hangs."""
-    local = float(config.patience is not None and progress["bad_epochs"] >= config.patience and ctx.rank == 0)
+    local = float(config.patience is not None and progress["bad_validations"] >= config.patience and ctx.rank == 0)
     return bool(ctx.all_reduce(torch.tensor([local], device=ctx.device))[0] > 0)
 
 
-def progress_line(metrics: dict[str, float], max_epochs: int) -> str:
-    """One epoch on the console: the metrics ``training.metrics.SHOWN`` marks for it."""
-    parts = [f"epoch {int(metrics['epoch'])}/{max_epochs}"]
+def progress_line(metrics: dict[str, float], config: TrainConfig) -> str:
+    """One validation on the console: the metrics ``training.metrics.SHOWN`` marks for it."""
+    limit = f"/{config.max_epochs}" if config.max_epochs is not None else ""
+    parts = [f"epoch {int(metrics['epoch'])}{limit}", f"update {int(metrics['step'])}"]
     parts += [f"{key} {SHOWN[key].format(metrics[key])}" for key in shown("progress") if key in metrics]
     return "  ".join(parts)
+
+
+def update_line(metrics: dict[str, float], step: int, config: TrainConfig, elapsed: float,
+                eta: float | None) -> str:
+    """Every ``log_every`` updates: update, epoch, loss, lr, target tokens/s, elapsed and ETA."""
+    limit = f"/{config.max_updates}" if config.max_updates is not None else ""
+    return (f"update {step}{limit}  epoch {int(metrics['epoch'])}  loss {metrics['train_loss']:.3f}  "
+            f"lr {metrics['lr']:.2e}  tok/s {metrics['tokens_per_s']:.0f}  elapsed {clock(elapsed)}"
+            + (f"  eta {clock(eta)}" if eta is not None else ""))
+
+
+def clock(seconds: float) -> str:
+    """``1:02:03`` or ``2:03`` (minutes:seconds under an hour)."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 @contextmanager

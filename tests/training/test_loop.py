@@ -1,4 +1,8 @@
-"""The epoch loop (``fit``): epochs, metrics, resuming, early stopping."""
+"""The training loop (``fit``): epochs and update limits, progress lines, validations and
+checkpoints every N updates, the best-checkpoint metric, exact mid-epoch resuming, early stopping."""
+
+import pytest
+import torch
 
 from helpers import tiny_config
 from platform.data.dataset import PreparedDataset as Dataset
@@ -13,8 +17,11 @@ class FinalHooks(LocalHooks):
         super().__init__(directory)
         self.finals = []
 
+        self.best = []
+
     def report(self, metrics, state, evaluation, is_best, final=False):
         self.finals.append(final)
+        self.best.append(is_best)
         super().report(metrics, state, evaluation, is_best, final)
 
 
@@ -28,7 +35,7 @@ def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
     assert hooks.finals == [False, True]  # the end-of-run work goes before the last report (RayHooks)
     for key in ("train_loss", "dev_loss", "dev_bleu", "dev_chrf", "dev_bleu_tok", "dev_uas_enc", "dev_uas_dec", "tokens_per_s"):
         assert key in history[-1]
-    assert lines[0].startswith("epoch 1/2  train_loss")
+    assert lines[0].startswith("epoch 1/2  update 3  train_loss")
     assert (tmp_path / "last.pt").exists() and (tmp_path / "best.pt").exists()
     longer = tiny_config(max_epochs=3, max_steps_per_epoch=3, eval={"max_sentences": 20})
     resumed = fit(longer, dataset, Context(), LocalHooks(tmp_path), log=lines.append)
@@ -57,3 +64,78 @@ def test_an_update_accumulates_update_freq_batches(demo_dataset, tmp_path):
     assert single["update_freq"] == 1 and accumulated["update_freq"] == 2
     assert accumulated["step"] == single["step"] == 4  # max_steps_per_epoch counts updates
     assert 1.6 * single["tokens_per_update"] < accumulated["tokens_per_update"] <= 1200
+
+
+def test_update_limits_progress_lines_validations_and_save_points(demo_dataset, tmp_path):
+    """Epochs of 4 updates, ``max_updates`` 7 and no epoch limit: a progress entry every 2
+    updates, validations at updates 3 and 6 and at the last one (7), a checkpoint without
+    validation at 5; the epoch's end (update 4) is no report of its own."""
+    config = tiny_config(max_epochs=None, max_updates=7, max_steps_per_epoch=4, log_every=2, validate_every=3,
+                         save_every=5, eval={"max_sentences": 5})
+    hooks, lines = FinalHooks(tmp_path), []
+    history = fit(config, Dataset.open(demo_dataset), Context(), hooks, log=lines.append)
+    assert [int(m["step"]) for m in history] == [3, 5, 6, 7]
+    assert [int(m["epoch"]) for m in history] == [1, 2, 2, 2]
+    assert ["dev_bleu" in m for m in history] == [True, False, True, True]  # 5 only saves
+    assert hooks.finals == [False, False, False, True]
+    assert [step for step, _ in hooks.progressed] == [2, 4, 6]
+    assert {"train_loss", "lr", "tokens_per_s", "grad_norm", "epoch"} <= set(hooks.progressed[0][1])
+    assert [m["epoch"] for _, m in hooks.progressed] == [1, 1, 2]
+    updates = [line for line in lines if line.startswith("update ")]
+    assert [line.split()[1] for line in updates] == ["2/7", "4/7", "6/7"]
+    assert all(" loss " in line and " lr " in line and " tok/s " in line and " eta " in line for line in updates)
+    assert torch.load(tmp_path / "last.pt", weights_only=True)["progress"]["step"] == 7
+
+
+def test_the_best_checkpoint_follows_best_metric_and_its_direction(demo_dataset, tmp_path):
+    config = tiny_config(max_epochs=None, max_updates=8, validate_every=2, best_metric="dev_loss",
+                         eval={"max_sentences": 5})
+    hooks = FinalHooks(tmp_path)
+    history = fit(config, Dataset.open(demo_dataset), Context(), hooks, log=lambda line: None)
+    losses = [m["dev_loss"] for m in history]
+    assert hooks.best == [loss == min(losses[:i + 1]) for i, loss in enumerate(losses)]
+    best = torch.load(tmp_path / "best.pt", weights_only=True)["progress"]
+    assert best["best"] == pytest.approx(min(losses)) and best["best_step"] == 2 * (losses.index(min(losses)) + 1)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_of_the_same_order(demo_dataset, tmp_path, monkeypatch):
+    """Checkpoints every 2 updates in epochs of 5; the process dies in update 5 of epoch 1 (its
+    last checkpoint at update 4) and again in update 9: the batches trained, by their example
+    indices, are those of an uninterrupted run, none repeated, none skipped, and so are the
+    final weights."""
+    from platform.training import loop
+
+    config = tiny_config(max_epochs=2, max_steps_per_epoch=5, save_every=2, eval={"max_sentences": 5})
+    dataset = Dataset.open(demo_dataset)
+    real_step, seen = loop.train_step, []
+
+    def recording(kill_at=None):
+        def step(model, optimizer, scheduler, batches, *args):
+            if kill_at is not None and len(seen) + 1 == kill_at:
+                raise Killed
+            seen.append(tuple(tuple(batch.indices.tolist()) for batch in batches))
+            return real_step(model, optimizer, scheduler, batches, *args)
+        return step
+
+    monkeypatch.setattr(loop, "train_step", recording())
+    fit(config, dataset, Context(), LocalHooks(tmp_path / "whole"), log=lambda line: None)
+    whole = list(seen)
+    assert len(whole) == 10 and len(set(whole)) == 10
+
+    seen.clear()
+    interrupted = []
+    for kill_at in (5, 9, None):  # killed in update 5 (resumes at 4), in update 9 (resumes at 8), then to the end
+        monkeypatch.setattr(loop, "train_step", recording(kill_at))
+        try:
+            fit(config, dataset, Context(), LocalHooks(tmp_path / "killed"), log=interrupted.append)
+        except Killed:
+            seen[:] = seen[:(len(seen) // 2) * 2]  # what the last checkpoint holds: updates since are lost
+    assert seen == whole
+    assert [line for line in interrupted if line.startswith("resumed")] == [
+        "resumed from epoch 0 (update 4)", "resumed from epoch 1 (update 8)"]
+    weights = [torch.load(tmp_path / run / "last.pt", weights_only=True)["model"] for run in ("whole", "killed")]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
