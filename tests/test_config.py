@@ -151,3 +151,20 @@ def test_packing_a_model_that_cannot_is_one_clear_error():
     with pytest.raises(ConfigError, match="batching.pack: model 'hier_tree_gru' cannot train on packed rows"):
         resolve_config("hier_tree_gru", "cpu", overrides=["batching.pack=true"])
     assert resolve_config("transformer", "cpu", overrides=["batching.pack=false"]).batching.pack is False
+
+
+def test_max_updates_alone_is_the_only_limit_and_intervals_are_checked():
+    from platform.training.config import resolve_config
+
+    alone = resolve_config("dbsa", "cpu", max_updates=300)
+    assert alone.max_updates == 300 and alone.max_epochs is None
+    both = resolve_config("dbsa", "cpu", max_updates=300, max_epochs=2)
+    assert (both.max_updates, both.max_epochs) == (300, 2)
+    assert resolve_config("dbsa", "cpu").max_updates is None  # epochs as before
+    assert resolve_config("dbsa", "cpu", overrides=["best_metric=dev_loss"]).best_mode == "min"
+    with pytest.raises(ConfigError, match="max_epochs and max_updates cannot both be unset"):
+        resolve_config("dbsa", "cpu", overrides=["max_epochs=null"])
+    with pytest.raises(ConfigError, match="validate_every must be ≥ 1, got 0"):
+        resolve_config("dbsa", "cpu", overrides=["validate_every=0"])
+    with pytest.raises(ConfigError, match="best_metric"):
+        resolve_config("dbsa", "cpu", overrides=["best_metric=dev_ter"])

@@ -72,6 +72,9 @@ def test_bad_space_and_bad_override_are_clear_errors():
         load_space("dbsa2", "sweep")
     with pytest.raises(ConfigError, match="unknown config key"):
         load_space("dbsa", "sweep", ["optim.learningrate=1"])
+    # ASHA counts a trial's reports as epochs: update intervals would shift its rungs
+    with pytest.raises(ConfigError, match="validate_every: a sweep's trials report once per epoch"):
+        load_space("dbsa", "sweep", ["validate_every=50"])
 
 
 def _drive(searcher, trial_id, values):

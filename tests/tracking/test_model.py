@@ -38,14 +38,14 @@ def test_the_best_checkpoint_is_a_registrable_pytorch_model_of_its_run(checkpoin
     run_id = runs.start_run(uri, "models", "r", {}, {}, "")
     params = mlflow_model.save(path, tmp_path / "mlflow_model")
     assert params == {"model": "dbsa", "src_lang": dataset.meta["src_lang"], "tgt_lang": dataset.meta["tgt_lang"],
-                      "epoch": "2"}
+                      "epoch": "2", "step": "7"}
     logger = RunLogger(uri, run_id)
-    logger.model(tmp_path / "mlflow_model", 2, params)
+    logger.model(tmp_path / "mlflow_model", 7, params)
     assert logger.close() == []
 
     client = MlflowClient(uri)
     outputs = client.get_run(run_id).outputs.model_outputs  # the runs table's "Models" column
-    assert [output.step for output in outputs] == [2]
+    assert [output.step for output in outputs] == [7]  # linked at its update
     logged = client.get_logged_model(outputs[0].model_id)
     assert logged.status == LoggedModelStatus.READY
     assert logged.source_run_id == run_id and logged.params["model"] == "dbsa"
