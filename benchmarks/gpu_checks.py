@@ -62,7 +62,7 @@ def updates_of(sampler: ShardedBatches, count: int):
 def train(model_name: str, dataset: PreparedDataset, updates: int, bf16: bool, size: str = "sweep",
           overrides: tuple[str, ...] = ()):
     config = resolve_config(model_name, size, overrides=list(overrides))
-    ctx = Context(device=torch.device(DEVICE), bf16=bf16)
+    ctx = Context(device=torch.device(DEVICE), precision="bf16" if bf16 else "fp32")
     vocab = dataset.meta["vocab_size"]
     model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)
     sampler = ShardedBatches(dataset.train, config.batching)
@@ -168,7 +168,7 @@ def step(args) -> dict:
                                          eps=train_config.optim.eps, fused=True)
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
         runner = torch.compile(model) if compiled else model
-        ctx = Context(device=torch.device(DEVICE), bf16=True)
+        ctx = Context(device=torch.device(DEVICE), precision="bf16")
         return lambda: train_step(runner, optimizer, scheduler, batch, train_config, ctx)
 
     def timed(fn, steps: int = 20, warmup: int = 5) -> float:
@@ -247,7 +247,7 @@ def one(args) -> dict:
     """One training process of the pack: steady tokens/s after a warm-up."""
     dataset = PreparedDataset.open(args.data)
     config = resolve_config(args.model, args.size)
-    ctx = Context(device=torch.device(DEVICE), bf16=True)
+    ctx = Context(device=torch.device(DEVICE), precision="bf16")
     vocab = dataset.meta["vocab_size"]
     model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)
     sampler = ShardedBatches(dataset.train, config.batching)

@@ -27,6 +27,9 @@ class Packing:
     def to(self, device: torch.device | str) -> "Packing":
         return Packing(sentence=self.sentence.to(device), position=self.position.to(device))
 
+    def pin_memory(self) -> "Packing":
+        return Packing(sentence=self.sentence.pin_memory(), position=self.position.pin_memory())
+
 
 def same_sentence(queries: Tensor, keys: Tensor) -> Tensor:
     """[B, Lq], [B, Lk] sentence ids → [B, Lq, Lk] bool: a query may attend the keys of its own

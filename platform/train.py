@@ -32,6 +32,7 @@ from platform.launch.cluster import (
     storage_uri,
 )
 from platform.launch.driver import Job, run
+from platform.launch.warm_start import load_warm_start
 from platform.tracking import runs
 from platform.tracking.store import resolve_tracking_uri
 from platform.training import recipes
@@ -75,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "$NMT_STORAGE_PATH, else runs)")
     parser.add_argument("--max-failures", type=int, default=2, help="restarts of a failed worker group (default 2)")
     parser.add_argument("--address", help="Ray cluster address (default: start a local one, or 'auto')")
+    parser.add_argument("--init-from", metavar="SOURCE",
+                        help="start from these weights in a new run: an MLflow run id (its best checkpoint), "
+                             "models:/NAME/VERSION, a checkpoint URI (runs:/..., s3://...) or a checkpoint file")
+    parser.add_argument("--init-optimizer", action="store_true",
+                        help="with --init-from: continue its optimiser and learning-rate schedule too (default: fresh)")
+    parser.add_argument("--continue", dest="continue_run", action="store_true",
+                        help="with --name of a finished run: train it on, in the same run, to the new "
+                             "--max-epochs/--max-updates")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     return parser
 
@@ -98,16 +107,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     tracking_uri = resolve_tracking_uri(args.tracking_uri)  # before any work: preparing the demo takes a minute
     named = {"train_name": args.name} if args.name else None  # a rerun with this --name continues its run
+    if args.continue_run and not named:
+        raise UserError("--continue needs the --name of the run to continue")
+    if args.init_optimizer and not args.init_from:
+        raise UserError("--init-optimizer goes with --init-from")
     done = runs.find_run(tracking_uri, args.experiment, named) if named else None
     if done and runs.status(tracking_uri, done) == "FINISHED":
-        print(f"{args.name} has finished already (MLflow run {done} in experiment {args.experiment!r}); "
-              f"nothing to do: another --name trains anew")
-        return 0
+        if not args.continue_run:
+            print(f"{args.name} has finished already (MLflow run {done} in experiment {args.experiment!r}); "
+                  f"nothing to do: another --name trains anew, --continue with a higher --max-epochs or "
+                  f"--max-updates trains it on")
+            return 0
+        if args.init_from:
+            raise UserError("--continue goes on from the run's own checkpoint; --init-from starts a new run")
+        runs.reopen(tracking_uri, done, {"continued_to": _limits(config)})
+    elif args.continue_run:
+        raise UserError(f"--continue: no finished run named {args.name!r} in experiment {args.experiment!r}")
     start_ray(args.address)
     cpus = args.cpus_per_worker or default_cpus_per_worker(args.workers)
     check_worker_group(args.workers, cpus, args.gpus_per_worker, joined=args.address is not None)  # before any work
     dataset, storage = resolve_dataset(args.data), storage_uri(args.storage_path)
-    job = Job(dataset=reach.for_every_node(dataset, storage), workers=args.workers,
+    init = (load_warm_start(args.init_from, tracking_uri, str(dataset), config, args.init_optimizer)
+            if args.init_from else None)
+    job = Job(dataset=reach.for_every_node(dataset, storage), workers=args.workers, init=init,
               gpus_per_worker=args.gpus_per_worker,
               cpus_per_worker=cpus, experiment=args.experiment,
               tracking_uri=tracking_uri, run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage,
@@ -115,6 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_id = run(config, job, ray_address=args.address, tags={"recipe": recipe, **(named or {})}, reuse=named)
     print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")
     return 0
+
+
+def _limits(config) -> str:
+    return ", ".join(f"{key}={getattr(config, key)}" for key in ("max_epochs", "max_updates")
+                     if getattr(config, key) is not None)
 
 
 if __name__ == "__main__":

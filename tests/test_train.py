@@ -116,6 +116,42 @@ def test_update_limits_and_intervals_as_a_user_sets_them(ray_cluster, demo_datas
     assert [torch.load(path, weights_only=True)["progress"]["step"] for path in checkpoints] == [6, 12]
 
 
+def test_continue_a_finished_run_then_fine_tune_it_in_a_new_run(ray_cluster, demo_dataset, tanaka_dataset, tmp_path):
+    """``--continue`` trains a finished run on to a higher limit in the same run; ``--init-from``
+    its run id starts a new run from its best weights, which score the source's best checkpoint's
+    dev loss, BLEU and chrF before any update; weights for another vocabulary are refused before any work."""
+    from platform.errors import UserError
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = ["--model", "transformer", *smoke_args(demo_dataset, tmp_path, "warm")]
+    assert train.main([*args, "--name", "source", "--max-epochs", "1"]) == 0
+    assert train.main([*args, "--name", "source", "--max-epochs", "2", "--continue"]) == 0
+    client, (source,) = runs_of(uri, "warm")
+    assert source.info.status == "FINISHED" and source.data.tags["continued_to"] == "max_epochs=2"
+    assert [int(m.step) for m in client.get_metric_history(source.info.run_id, "dev_bleu")] == [8, 16]
+    best_step = int(source.data.tags["best_step"])
+
+    def dev_at(run_id: str, step: int) -> dict[str, float]:
+        return {key: next(m.value for m in client.get_metric_history(run_id, key) if m.step == step)
+                for key in ("dev_loss", "dev_bleu", "dev_chrf")}
+
+    assert train.main([*args, "--name", "tuned", "--init-from", source.info.run_id, "--max-updates", "4"]) == 0
+    client, found = runs_of(uri, "warm")
+    (tuned,) = [run for run in found if run.info.run_id != source.info.run_id]
+    assert tuned.info.status == "FINISHED" and tuned.data.tags["init_from"] == source.info.run_id
+    assert [int(m.step) for m in client.get_metric_history(tuned.info.run_id, "dev_bleu")] == [0, 4]
+    # before any update, the loaded weights score exactly what the source's best checkpoint scored
+    assert dev_at(tuned.info.run_id, 0) == pytest.approx(dev_at(source.info.run_id, best_step), abs=1e-9)
+    (parent,) = source.outputs.model_outputs
+    inputs = client.get_run(tuned.info.run_id).inputs.model_inputs  # (search_runs leaves model inputs out)
+    assert [m.model_id for m in inputs] == [parent.model_id]  # the parent model
+
+    with pytest.raises(UserError, match=r"--init-from .*: its src subword model is not the one .* was encoded with"):
+        train.main(["--model", "transformer", *smoke_args(tanaka_dataset, tmp_path, "warm"), "--init-from",
+                    source.info.run_id])
+    assert len(runs_of(uri, "warm")[1]) == 2  # no run for the refused one
+
+
 def test_a_relative_sqlite_uri_keeps_every_metric(ray_cluster, demo_dataset, tmp_path, monkeypatch):
     """README's ``sqlite:///heldout.db`` form names a store relative to where the user runs the
     command; rank 0 and the relay run in Ray's copy of the repository, where the same words would

@@ -131,7 +131,7 @@ class TrainingRunner:
     def __init__(self, model: nn.Module, model_config, batch: Batch, settings: Settings):
         self.model, self.batch = model.to(settings.device).train(), batch
         self.config = TrainConfig(model=model_config, optim=OptimConfig())
-        self.ctx = Context(device=torch.device(settings.device), bf16=settings.bf16)
+        self.ctx = Context(device=torch.device(settings.device), precision="bf16" if settings.bf16 else "fp32")
         self.optimizer, self.scheduler = build_optimizer(self.model, self.config.optim)
         self.last_loss = float("nan")
 

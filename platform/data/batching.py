@@ -26,6 +26,9 @@ iteration continues with exactly the batch that would have come next.
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -75,6 +78,16 @@ class Batch:
         """Target tokens incl. EOS: what a loss is averaged over."""
         return int(self.tgt_lengths.sum()) + len(self.tgt_lengths)
 
+    def pin_memory(self) -> "Batch":
+        """A copy in page-locked memory, so ``to(cuda, non_blocking=True)`` overlaps the step."""
+        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in pinned.items():
+            if isinstance(value, torch.Tensor):
+                pinned[name] = value.pin_memory()
+        if self.rows is not None:
+            pinned["rows"] = self.rows.pin_memory()
+        return Batch(**pinned)
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in moved.items():
@@ -98,6 +111,10 @@ class PackedRows:
     target: Packing  # [R, T] the same over the decoder positions
     tgt_in: torch.Tensor  # [R, T] BOS y1..yn BOS z1..zm ... PAD
     tgt_out: torch.Tensor  # [R, T] y1..yn EOS z1..zm EOS ... PAD
+
+    def pin_memory(self) -> "PackedRows":
+        return PackedRows(source=self.source.pin_memory(), target=self.target.pin_memory(),
+                          tgt_in=self.tgt_in.pin_memory(), tgt_out=self.tgt_out.pin_memory())
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "PackedRows":
         return PackedRows(source=self.source.to(device), target=self.target.to(device),
@@ -236,8 +253,11 @@ class BatchingConfig:
     pack_width: int = 32  # positions per packed row at least (a batch's longest sentence sets the width)
     shuffle: bool = True
     seed: int = 1
+    prefetch: int = 2  # updates collated ahead by a thread (0: on the training thread); no change to the order
 
     def __post_init__(self) -> None:
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be ≥ 0, got {self.prefetch}")
         if self.max_tokens is None and self.max_sentences is None:
             raise ValueError("set max_tokens, max_sentences or both")
         for key in ("max_tokens", "max_sentences", "max_length"):
@@ -428,3 +448,82 @@ def _split_until_divisible(batches: list[np.ndarray], world_size: int) -> list[n
         half = len(batches[largest]) // 2
         batches[largest : largest + 1] = [batches[largest][:half], batches[largest][half:]]
     return batches
+
+
+class Prefetched:
+    """The rest of the epoch's updates of ``sampler`` (``ShardedBatches.updates``), collated
+    ``prefetch`` updates ahead by a thread (pinned for CUDA where ``pin``), or on the calling
+    thread with ``prefetch`` 0: the same updates in the same order either way.
+
+    ``state_dict()`` is the sampler's position after the last update *taken* (the thread may
+    have collated further): what a checkpoint saves, so a resumed run continues at the next
+    update it did not train.  ``wait_s`` adds up the time the caller waited for updates."""
+
+    _END = object()
+
+    def __init__(self, sampler: ShardedBatches, prefetch: int, pin: bool = False):
+        self.sampler, self.prefetch, self.pin = sampler, prefetch, pin
+        self.position = sampler.state_dict()
+        self.wait_s = 0.0
+        self._stop = threading.Event()
+        self._queue: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
+        self._thread: threading.Thread | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.position)
+
+    def __iter__(self) -> Iterator[list[Batch]]:
+        if self.prefetch == 0:
+            yield from self._inline()
+            return
+        self._thread = threading.Thread(target=self._produce, name="collate", daemon=True)
+        self._thread.start()
+        while True:
+            began = time.perf_counter()
+            item = self._queue.get()
+            self.wait_s += time.perf_counter() - began
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            update, self.position = item
+            yield update
+
+    def _inline(self) -> Iterator[list[Batch]]:
+        updates = self.sampler.updates()
+        while True:
+            began = time.perf_counter()
+            update = next(updates, None)
+            self.wait_s += time.perf_counter() - began
+            if update is None:
+                return
+            self.position = self.sampler.state_dict()
+            yield update
+
+    def _produce(self) -> None:
+        try:
+            for update in self.sampler.updates():
+                if self.pin:
+                    update = [batch.pin_memory() for batch in update]
+                if not self._put((update, self.sampler.state_dict())):
+                    return
+            self._put(self._END)
+        except BaseException as error:  # noqa: BLE001 - raised on the training thread
+            self._put(error)
+
+    def _put(self, item) -> bool:
+        """Queue ``item`` unless ``close`` came first (False then)."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def close(self) -> None:
+        """Stop the thread (an epoch cut short): what it collated ahead is dropped."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

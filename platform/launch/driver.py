@@ -13,6 +13,7 @@ from platform import config as config_io
 from platform.data import dataset as ds
 from platform.errors import UserError
 from platform.launch.cluster import start_ray
+from platform.launch.warm_start import WarmStart
 from platform.launch.worker import train_loop_per_worker
 from platform.tracking import runs
 from platform.tracking.store import start_relay
@@ -34,6 +35,7 @@ class Job:
     max_failures: int
     started_at: float | None = None  # time.time() of the launch: the first epoch logs startup_s from it
     git_commit: str = ""  # the launching driver's commit (a trial runs in Ray's copy, without .git)
+    init: WarmStart | None = None  # --init-from: the weights the run starts from
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
@@ -48,7 +50,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
              "git_commit": job.git_commit or runs.git_commit(), "dataset_sha256": runs.dataset_sha256(meta),
              "data": job.dataset.name}
-    tags = {"model": config.model.name, **(tags or {})}
+    tags = {"model": config.model.name, **(job.init.tags() if job.init else {}), **(tags or {})}
     start_ray(ray_address)
     start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
     run_id = runs.find_run(job.tracking_uri, job.experiment, reuse) if reuse else None
@@ -57,6 +59,8 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
                                 tags, config_yaml, parent_run_id,
                                 source="platform.tune" if parent_run_id else "platform.train")
         runs.log_dataset_inputs(job.tracking_uri, run_id, job.dataset.name, meta)
+        if job.init is not None and job.init.model_id:  # the parent model: the run's input
+            runs.log_model_input(job.tracking_uri, run_id, job.init.model_id)
     try:
         _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:
@@ -82,7 +86,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
         train_loop_per_worker,
         train_loop_config={"config": config, "dataset": job.dataset,
                            "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
-                           "started_at": job.started_at},
+                           "started_at": job.started_at, "init": job.init.loop_config() if job.init else None},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
         torch_config=NodeBoundTorchConfig(),  # the process group listens on the node address only
         run_config=ray.train.RunConfig(

@@ -19,7 +19,7 @@ from platform.tracking.system import node_sampler
 from platform.training.averaging import LAST_EPOCHS, epoch_files, keep_epoch
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
-from platform.training.context import Context
+from platform.training.context import Context, chosen_precision
 from platform.training.loop import UPDATE_METRICS, fit, temp_checkpoint
 from platform.training.step import Diverged
 
@@ -38,9 +38,11 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     location = loop["dataset"].location  # a DatasetRef
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location)
+    if hooks.logger is not None:  # what ``precision: auto`` chose on this device
+        hooks.logger.tag("precision", chosen_precision(config.precision, ctx.device))
     system, node_logger = _system_metrics(hooks, loop)
     try:
-        fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"))
+        fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"), init=loop.get("init"))
         hooks.finish()  # done already with the last epoch's report, unless no epoch was left to train
     finally:
         if system is not None:

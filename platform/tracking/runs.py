@@ -194,6 +194,28 @@ def link_models(tracking_uri: str, from_run: str, to_run: str) -> int:
     return len(models)
 
 
+def reopen(tracking_uri: str, run_id: str, tags: dict[str, str]) -> None:
+    """A finished run RUNNING again (``--continue``), with ``tags`` saying why."""
+    on_client(client(tracking_uri), _reopen, run_id, tags)
+
+
+def _reopen(mlflow_client, run_id: str, tags: dict[str, str]) -> None:
+    for key, value in tags.items():
+        mlflow_client.set_tag(run_id, key, value)
+    mlflow_client.update_run(run_id, status="RUNNING")
+
+
+def log_model_input(tracking_uri: str, run_id: str, model_id: str) -> None:
+    """A logged model the run started from (``--init-from``), as the run's model input."""
+    on_client(client(tracking_uri), _log_model_input, run_id, model_id)
+
+
+def _log_model_input(mlflow_client, run_id: str, model_id: str) -> None:
+    from mlflow.entities import LoggedModelInput
+
+    mlflow_client.log_inputs(run_id, models=[LoggedModelInput(model_id)])
+
+
 def status(tracking_uri: str, run_id: str) -> str:
     """RUNNING, FINISHED, FAILED or KILLED."""
     return on_client(client(tracking_uri), run_status, run_id)

@@ -34,11 +34,13 @@ TOP_DOWN_GRU_MODELS = ("hier_tree_gru", "gumbel_tree")
 
 
 def checkpoint_state(model: nn.Module, optimizer, scheduler, sampler: ShardedBatches, config: TrainConfig,
-                     progress: dict[str, Any], subword_models: dict[str, bytes], dataset_meta: dict[str, Any]) -> dict:
+                     progress: dict[str, Any], subword_models: dict[str, bytes], dataset_meta: dict[str, Any],
+                     scaler: torch.amp.GradScaler | None = None) -> dict:
     """Everything needed to continue or to use the model: plain types and tensors only, so it
-    loads with ``torch.load(weights_only=True)``."""
+    loads with ``torch.load(weights_only=True)``; with fp16, the gradient scaler's state."""
     module = model.module if hasattr(model, "module") else model
     return {
+        **({"scaler": scaler.state_dict()} if scaler is not None else {}),
         "format_version": CHECKPOINT_FORMAT,
         "model": module.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -108,7 +110,8 @@ def load_weights(model: nn.Module, weights: dict[str, Tensor], what: str) -> Non
     model.load_state_dict(weights)
 
 
-def restore(state: dict, model: nn.Module, optimizer, scheduler, sampler: ShardedBatches) -> dict[str, Any]:
+def restore(state: dict, model: nn.Module, optimizer, scheduler, sampler: ShardedBatches,
+            scaler: torch.amp.GradScaler | None = None) -> dict[str, Any]:
     """Load a checkpoint into live objects; returns the saved progress."""
     module = model.module if hasattr(model, "module") else model
     config_from_checkpoint(state)  # refuses a checkpoint whose model now computes differently
@@ -116,6 +119,8 @@ def restore(state: dict, model: nn.Module, optimizer, scheduler, sampler: Sharde
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     sampler.load_state_dict(state["sampler"])
+    if scaler is not None and "scaler" in state:  # else it starts at its initial scale
+        scaler.load_state_dict(state["scaler"])
     torch.set_rng_state(state["rng"]["torch"])
     np.random.seed(state["rng"]["numpy_seed"])
     return state["progress"]

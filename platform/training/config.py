@@ -96,6 +96,7 @@ class TrainConfig:
     best_metric: Literal["dev_bleu", "dev_chrf", "dev_loss"] = "dev_bleu"  # chooses the best checkpoint
     patience: int | None = None  # stop after this many validations without a better best_metric
     keep_last_epochs: int = 5  # weights of the last N epochs, for evaluate --average-last (0: none)
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 or fp16 by the GPU, fp32 on CPU
     seed: int = 1
 
     def __post_init__(self) -> None:

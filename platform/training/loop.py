@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from platform.data.batching import ShardedBatches
+from platform.data.batching import Prefetched, ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.data.subwords import SubwordModel
 from platform.training.averaging import LAST_EPOCHS, keep_epoch
@@ -24,6 +24,7 @@ from platform.training.checkpoint import (
     IncompatibleCheckpoint,
     checkpoint_state,
     load_checkpoint,
+    load_weights,
     restore,
     save_checkpoint,
 )
@@ -87,7 +88,7 @@ class LocalHooks(Hooks):
 
 
 def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hooks, log=print,
-        started_at: float | None = None) -> list[dict[str, float]]:
+        started_at: float | None = None, init: dict | None = None) -> list[dict[str, float]]:
     """Train until ``max_epochs`` or ``max_updates`` (or early stopping); returns the history of
     reports (one per validation or checkpoint).
 
@@ -98,7 +99,12 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     time went: ``steps_s`` (updates, batches included) and ``eval_s`` (dev decoding and
     scoring); with ``started_at`` (a ``time.time()`` of the launch), the first report of this
     process also has ``startup_s``, the seconds from the launch to the first update, and
-    ``first_step_at`` (its ``time.time()``)."""
+    ``first_step_at`` (its ``time.time()``).
+
+    ``init`` (``launch.warm_start``: ``weights``, optionally ``optimizer`` and ``scheduler``,
+    and their ``source``) starts a new run from other weights; it is validated before the first
+    update (dev metrics at update 0).  A run that resumes from its own checkpoint ignores it."""
+    ctx = ctx.with_precision(config.precision)
     sampler = ShardedBatches(dataset.train, config.batching, rank=ctx.rank, world_size=ctx.world_size)
     vocab = dataset.meta["vocab_size"]
     model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)
@@ -106,13 +112,25 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     state = hooks.resume()
     if state is not None:
         check_subwords(state, dataset)
-        progress = upgraded_progress(restore(state, model, optimizer, scheduler, sampler))
+        progress = upgraded_progress(restore(state, model, optimizer, scheduler, sampler, ctx.scaler))
         started_at = None  # a restart: its start-up is not the launch's
         log(f"resumed from epoch {progress['epoch']} (update {progress['step']})")
+    elif init is not None:
+        warm_start(init, model, optimizer, scheduler)
     run = _Run(model, hooks.wrap(model), optimizer, scheduler, sampler, config, ctx, hooks, dataset, progress, log)
+    if state is None and init is not None:
+        run.validate_start(init["source"])
     run.window.started_at = started_at
     run.train()
     return progress["history"]
+
+
+def warm_start(init: dict, model, optimizer, scheduler) -> None:
+    """The weights of another run (and its optimiser and schedule, where given)."""
+    load_weights(model, init["weights"], f"--init-from {init['source']}")
+    if init.get("optimizer") is not None:
+        optimizer.load_state_dict(init["optimizer"])
+        scheduler.load_state_dict(init["scheduler"])
 
 
 def new_progress() -> dict:
@@ -146,7 +164,7 @@ def check_subwords(state: dict, dataset: PreparedDataset) -> None:
 
 
 # what every ``log_every`` updates logs (``Hooks.progress``), beside the reports' own metrics
-UPDATE_METRICS = ("train_loss", "grad_norm", "tokens_per_s", "tokens_per_update", "lr", "epoch")
+UPDATE_METRICS = ("train_loss", "grad_norm", "tokens_per_s", "tokens_per_update", "data_wait_share", "lr", "epoch")
 
 
 @dataclass
@@ -158,21 +176,24 @@ class _Window:
     grad_norm: float = 0.0
     tokens: int = 0
     updates: int = 0
+    wait_s: float = 0.0  # waiting for batches
     started_at: float | None = None  # the launch's time.time(), until the first update
     first_step_at: float | None = None
 
-    def add(self, loss: float, grad_norm: float, tokens: int) -> None:
+    def add(self, loss: float, grad_norm: float, tokens: int, wait_s: float) -> None:
         self.loss, self.grad_norm = self.loss + loss, self.grad_norm + grad_norm
-        self.tokens, self.updates = self.tokens + tokens, self.updates + 1
+        self.tokens, self.updates, self.wait_s = self.tokens + tokens, self.updates + 1, self.wait_s + wait_s
 
     def metrics(self) -> dict[str, float]:
         seconds = max(time.perf_counter() - self.began, 1e-9)
         count = max(self.updates, 1)
         return {"train_loss": self.loss / count, "grad_norm": self.grad_norm / count,
-                "tokens_per_s": self.tokens / seconds, "tokens_per_update": self.tokens / count}
+                "tokens_per_s": self.tokens / seconds, "tokens_per_update": self.tokens / count,
+                "data_wait_share": self.wait_s / seconds}
 
     def reset(self) -> None:
-        self.began, self.loss, self.grad_norm, self.tokens, self.updates = time.perf_counter(), 0.0, 0.0, 0, 0
+        self.began, self.loss, self.grad_norm = time.perf_counter(), 0.0, 0.0
+        self.tokens, self.updates, self.wait_s = 0, 0, 0.0
 
 
 class _Run:
@@ -187,6 +208,8 @@ class _Run:
         self.window, self.logged = _Window(), _Window()  # since the last report; since the last progress line
         self.began = time.perf_counter()
         self.start_step = progress["step"]
+        self.reader: Prefetched | ShardedBatches = sampler  # where the batch position is read (checkpoints)
+        self.waited = 0.0  # the reader's wait_s at the last update
 
     # --- the loop
     def train(self) -> None:
@@ -203,12 +226,18 @@ class _Run:
         """The rest of the current epoch; True when training stops inside it."""
         self.sampler.set_epoch(self.progress["epoch"])
         per_epoch = self.updates_per_epoch()
-        for batches in self.sampler.updates():
-            self.update(batches)
-            if self.progress["epoch_step"] >= per_epoch:
-                break  # its report is the epoch's
-            if self.after_update(epoch_end=False):
-                return True
+        self.reader = Prefetched(self.sampler, self.config.batching.prefetch, pin=self.ctx.device.type == "cuda")
+        self.waited = 0.0
+        try:
+            for batches in self.reader:
+                self.update(batches)
+                if self.progress["epoch_step"] >= per_epoch:
+                    break  # its report is the epoch's
+                if self.after_update(epoch_end=False):
+                    return True
+        finally:
+            self.reader.close()
+            self.reader = self.sampler
         self.progress["epoch"] += 1
         self.progress["epoch_step"] = 0
         self.sampler.set_epoch(self.progress["epoch"])  # a checkpoint from here resumes at the next epoch
@@ -223,6 +252,7 @@ class _Run:
     def update(self, batches) -> None:
         if self.window.started_at is not None and self.window.first_step_at is None:
             self.window.first_step_at = time.time()
+        waited, self.waited = self.reader.wait_s - self.waited, self.reader.wait_s
         try:
             result = train_step(self.trained, self.optimizer, self.scheduler, batches, self.config, self.ctx)
         except Diverged as error:
@@ -235,7 +265,7 @@ class _Run:
         self.progress["step"] += 1
         self.progress["epoch_step"] += 1
         for window in (self.window, self.logged):
-            window.add(result.loss, result.grad_norm, result.num_tokens)
+            window.add(result.loss, result.grad_norm, result.num_tokens, waited)
         every = self.config.log_every
         if every and self.progress["step"] % every == 0:
             self.log_progress()
@@ -251,6 +281,17 @@ class _Run:
             return False
         stop = self.report(validate, final)
         return stop or final
+
+    def validate_start(self, source: str) -> None:
+        """Rank 0: the dev metrics of the loaded weights, before any update (at update 0)."""
+        if self.ctx.rank != 0 or self.dataset.dev is None:
+            return
+        evaluation = evaluate(self.model, self.dataset.dev, self.config, self.tgt_model,
+                              self.dataset.meta["tgt_lang"], self.ctx)
+        self.hooks.progress(evaluation.metrics, 0)
+        shown_now = "  ".join(f"{key} {SHOWN[key].format(evaluation.metrics[key])}" for key in shown("progress")
+                              if key in evaluation.metrics)
+        self.log(f"before training, from {source}: {shown_now}")
 
     # --- progress lines
     def log_progress(self) -> None:
@@ -298,8 +339,8 @@ class _Run:
         is_best = _update_best(self.progress, metrics, self.config) if validate else False
         self.progress["history"].append({k: float(v) for k, v in metrics.items()})
         stop = validate and _should_stop(self.progress, self.config, self.ctx)
-        state = (checkpoint_state(self.model, self.optimizer, self.scheduler, self.sampler, self.config,
-                                  self.progress, self.dataset.subword_bytes, self.dataset.meta)
+        state = (checkpoint_state(self.model, self.optimizer, self.scheduler, self.reader, self.config,
+                                  self.progress, self.dataset.subword_bytes, self.dataset.meta, self.ctx.scaler)
                  if self.ctx.rank == 0 else None)
         if self.ctx.rank == 0 and validate:
             self.log(progress_line(metrics, self.config))

@@ -1,5 +1,6 @@
 """One optimizer update: Adam with the inverse-square-root schedule, the loss of
-``platform.training.loss``, gradient clipping, bf16 autocast on GPU (docs/architecture.md).
+``platform.training.loss``, gradient clipping, mixed precision by the device (bf16 autocast, or
+fp16 with loss scaling; ``Context.with_precision``) (docs/architecture.md).
 
 Imports torch, ``models/`` and the configs only, so ``platform.bench`` times exactly this step.
 """
@@ -90,22 +91,29 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     ``loss.combine``), so the gradient does not depend on how the update is split into ranks and
     batches.  DDP synchronises only on the last batch's backward."""
     model.train()
-    batches = [batch.to(ctx.device) for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
+    batches = [batch.to(ctx.device, non_blocking=True)  # overlaps the copy where the batch is pinned (CUDA)
+               for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
     global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches).to(ctx.device))
     optimizer.zero_grad(set_to_none=True)
     total, nonfinite = 0.0, torch.zeros((), device=ctx.device)
     for index, batch in enumerate(batches):
         with _sync_gradients(model, index == len(batches) - 1):
             loss, bad = _batch_loss(model, batch, global_counts, config, ctx)
-            loss.backward()
+            (ctx.scaler.scale(loss) if ctx.scaler is not None else loss).backward()
         total, nonfinite = total + float(loss.detach()), torch.maximum(nonfinite, bad)
     # every rank learns how many saw a non-finite loss, so all stop at the same update (a rank
     # raising alone would leave the others waiting in DDP's next collective)
     bad_ranks = int(ctx.all_reduce(nonfinite.reshape(1))[0])
     if bad_ranks or not math.isfinite(total):
         raise Diverged(f"loss became {total} on {max(bad_ranks, 1)} of {ctx.world_size} rank(s)")
+    if ctx.scaler is not None:  # fp16: clip the true gradients; an update whose gradients overflowed is skipped
+        ctx.scaler.unscale_(optimizer)
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip_norm or float("inf"))
-    optimizer.step()
+    if ctx.scaler is not None:
+        ctx.scaler.step(optimizer)
+        ctx.scaler.update()
+    else:
+        optimizer.step()
     scheduler.step()
     # this rank's loss × world size / global count: the global mean when the ranks' shares are even
     return StepResult(loss=total, num_tokens=int(global_counts[0]), grad_norm=float(norm))
@@ -116,7 +124,7 @@ def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, con
     """Deguchi et al. eq. 18 for one batch, normalised by the update's global counts; and 1.0
     if a term of it is NaN/inf (else 0.0)."""
     tgt_in, tgt_out = teacher_forcing(batch)
-    with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=ctx.autocast):
+    with torch.autocast(ctx.device.type, dtype=ctx.amp_dtype or torch.bfloat16, enabled=ctx.autocast):
         output = forward(model, batch, tgt_in)
     sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
     return (combine(sums, global_counts, config.model, ctx.world_size),

@@ -238,3 +238,46 @@ def test_packed_rows_resume_mid_epoch_with_the_next_batch(examples):
     assert torch.equal(next(iter(b)).indices, next(iterator).indices)
     with pytest.raises(ValueError, match="pack"):
         ShardedBatches(examples, BatchingConfig(max_tokens=900, pack=False)).load_state_dict(a.state_dict())
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_prefetched_updates_are_the_samplers_in_order_and_the_position_is_the_last_taken(examples, prefetch):
+    """A thread collating 2 updates ahead (or none) gives the sampler's updates in its order;
+    the position to checkpoint is after the last update taken, not after what was collated."""
+    from platform.data.batching import Prefetched
+
+    config = BatchingConfig(max_tokens=600, update_freq=2)
+    expected = [[batch.indices.tolist() for batch in update] for update in ShardedBatches(examples, config).updates()]
+    sampler = ShardedBatches(examples, config)
+    reader = Prefetched(sampler, prefetch)
+    taken = []
+    for update in reader:
+        taken.append([batch.indices.tolist() for batch in update])
+        if len(taken) == 3:
+            break
+    reader.close()
+    assert taken == expected[:3]
+    assert reader.state_dict()["next_batch"] == 6 and reader.wait_s >= 0.0  # 3 updates of 2 batches
+    resumed = ShardedBatches(examples, config)
+    resumed.load_state_dict(reader.state_dict())
+    assert [[b.indices.tolist() for b in u] for u in resumed.updates()] == expected[3:]
+
+
+def test_a_collation_error_in_the_thread_is_raised_where_the_updates_are_taken(examples, monkeypatch):
+    from platform.data.batching import Prefetched
+
+    sampler = ShardedBatches(examples, BatchingConfig(max_tokens=600))
+    calls = []
+
+    def failing(indices):
+        calls.append(indices)
+        if len(calls) == 2:
+            raise ValueError("bad row")
+        return type(examples).collate(examples, indices)
+
+    monkeypatch.setattr(examples, "collate", failing)
+    reader = Prefetched(sampler, 2)
+    with pytest.raises(ValueError, match="bad row"):
+        for _ in reader:
+            pass
+    reader.close()

@@ -68,7 +68,7 @@ def test_every_model_trains_a_step_under_bf16_autocast(name):
     optimizer, scheduler = build_optimizer(model, config.optim)
     batch = random_batch(4, 6, 100, "cpu")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    result = train_step(model, optimizer, scheduler, batch, config, Context(bf16=True))
+    result = train_step(model, optimizer, scheduler, batch, config, Context(precision="bf16"))
     assert torch.isfinite(torch.tensor(result.loss)) and result.grad_norm > 0
     assert all(v.dtype == before[k].dtype for k, v in model.state_dict().items())  # weights stay float32
     assert any(not torch.equal(v, before[k]) for k, v in model.state_dict().items())
