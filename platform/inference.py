@@ -199,6 +199,44 @@ class Trained:
                                      max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
         return [self.tgt_model.decode(h.tokens) for h in hypotheses]
 
+    def translate_all(self, sentences: list, beam: int | None = None, alpha: float | None = None,
+                      batch_size: int = 64, tokenized: bool = False, device: str = "cpu") -> list[str]:
+        """Translations of ``sentences`` (CoNLL-U ``Sentence``s or word lists) in their order,
+        decoded in batches of similar lengths; detokenized unless ``tokenized``."""
+        detok = (lambda text: text) if tokenized else detokenizer(self.tgt_lang)
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths per batch
+        outputs: dict[int, str] = {}
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            src = self.source_batch([sentences[i] for i in chunk]).to(device)
+            for index, text in zip(chunk, self.translate(src, beam, alpha)):
+                outputs[index] = detok(text)
+        return [outputs[i] for i in range(len(sentences))]
+
+    def sentences_from_texts(self, texts: list[str]) -> list:
+        """Each text as the model reads it: a CoNLL-U block (a line with tabs), or plain text
+        (words separated by spaces), which a model that reads trees has parsed with the
+        language's ``platform.parse`` pipeline (the ``parse`` extra)."""
+        if any("\t" in text for text in texts):
+            if not all("\t" in text for text in texts):
+                raise UserError("give every source as CoNLL-U or none")
+            return _conllu_sentences(texts)
+        words = [text.split() for text in texts]
+        for number, sentence in enumerate(words):
+            if not sentence:
+                raise UserError(f"source {number}: empty (one sentence per source)")
+        if not self.needs_trees:
+            return words
+        from platform.parse import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu
+
+        if self.src_lang not in DEFAULT_MODELS:
+            raise UserError(f"{self.config.model.name} reads source trees: give CoNLL-U (python -m platform.parse "
+                            f"--lang {self.src_lang} --spacy-model NAME makes it)")
+        nlp = load_pipeline(DEFAULT_MODELS[self.src_lang])  # a clear error without the parse extra
+        joined = ["".join(sentence) if self.src_lang == "ja" else " ".join(sentence) for sentence in words]
+        docs = nlp.pipe(one_tree_docs(nlp, joined, pretokenized=False))
+        return _conllu_sentences([to_conllu(doc, str(i), text) for i, (doc, text) in enumerate(zip(docs, joined))])
+
     @torch.no_grad()
     def translate_nbest(self, src: Source, beam: int | None, alpha: float | None,
                         nbest: int) -> list[list[tuple[str, float, float]]]:
@@ -211,6 +249,19 @@ class Trained:
                             max_len_b=decode.max_len_b)
         return [[(self.tgt_model.decode(h.tokens), h.score, h.log_prob) for h in hypotheses[:nbest]]
                 for hypotheses in found]
+
+
+def _conllu_sentences(blocks: list[str]) -> list[Sentence]:
+    """CoNLL-U blocks, one sentence each, read (and checked) as ``platform.data.conllu`` reads files."""
+    from platform.data.conllu import read_conllu
+
+    with tempfile.TemporaryDirectory(prefix="nmt-src-") as scratch:
+        path = Path(scratch) / "source.conllu"
+        path.write_text("".join(block.strip("\n") + "\n\n" for block in blocks), encoding="utf-8")
+        sentences = read_conllu(path)
+    if len(sentences) != len(blocks):
+        raise UserError(f"{len(blocks)} CoNLL-U sources hold {len(sentences)} sentences: give one sentence each")
+    return sentences
 
 
 def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang: str) -> list[Path]:

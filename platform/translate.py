@@ -78,16 +78,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"--nbest {args.nbest} needs --beam ≥ {args.nbest} (beam search keeps --beam hypotheses; "
                         f"this run decodes with beam {beam})")
     sentences = read_input(args.conllu)
+    if args.nbest is None:
+        translations = trained.translate_all(sentences, args.beam, args.lenpen, args.batch_size, args.tokenized,
+                                             args.device)
+        sys.stdout.write("".join(text + "\n" for text in translations))
+        return 0
     detok = (lambda text: text) if args.tokenized else detokenizer(trained.tgt_lang)
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths per batch
     outputs: dict[int, str] = {}
     for start in range(0, len(order), args.batch_size):
         chunk = order[start:start + args.batch_size]
         src = trained.source_batch([sentences[i] for i in chunk]).to(args.device)
-        if args.nbest is None:
-            for index, text in zip(chunk, trained.translate(src, args.beam, args.lenpen)):
-                outputs[index] = detok(text) + "\n"
-            continue
         for index, found in zip(chunk, trained.translate_nbest(src, args.beam, args.lenpen, args.nbest)):
             outputs[index] = "".join(f"{index} ||| {detok(text)} ||| log_prob={log_prob:.4f} ||| {score:.4f}\n"
                                      for text, score, log_prob in found)

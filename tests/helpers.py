@@ -49,6 +49,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def validated_epochs(client, run_id: str) -> list[int]:
+    """The epoch of each ``dev_bleu`` point of a run, in update order, every point counted (a
+    duplicate shows): metrics are logged at their update, and ``epoch`` is logged with each."""
+    epochs = {int(m.step): int(m.value) for m in client.get_metric_history(run_id, "epoch")}
+    return [epochs[int(m.step)] for m in sorted(client.get_metric_history(run_id, "dev_bleu"), key=lambda m: m.step)]
+
+
 def runs_of(uri: str, experiment: str):
     """``(client, runs)``: an MlflowClient of ``uri`` and every run of ``experiment``, newest
     first, every page of the search (no cap); no runs when the experiment does not exist."""

@@ -38,6 +38,8 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     location = loop["dataset"].location  # a DatasetRef
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location)
+    if dataset.dev is not None:  # the MLflow model's input example
+        hooks.example_source = dataset.dev.texts["src_text"][0]
     if hooks.logger is not None:  # what ``precision: auto`` chose on this device
         hooks.logger.tag("precision", chosen_precision(config.precision, ctx.device))
     system, node_logger = _system_metrics(hooks, loop)
@@ -134,6 +136,7 @@ class RayHooks:
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
         self.finished = False
+        self.example_source = "a source sentence"  # rank 0: a dev sentence (train_loop_per_worker)
 
     def resume(self) -> dict | None:
         import ray.train
@@ -239,7 +242,7 @@ class RayHooks:
         from platform.tracking import model
 
         try:
-            params = model.save(best, self.workdir / "mlflow_model")
+            params = model.save(best, self.workdir / "mlflow_model", self.example_source)
         except Exception as error:  # noqa: BLE001 - said below, the run goes on
             reason = " ".join(str(error).split())[:300] or type(error).__name__
             sys.stderr.write(f"warning: the best checkpoint was not saved as an MLflow model: {reason}\n")

@@ -1,83 +1,108 @@
-"""The best checkpoint as an MLflow model: the PyTorch flavour, so MLflow's UI shows it in the
-runs table's "Models" column and on the experiment's Models tab, and it can be registered
-(``mlflow.register_model("models:/<model_id>", NAME)``) and loaded with
-``mlflow.pytorch.load_model``.
+"""The best checkpoint as an MLflow model: a ``python_function`` (pyfunc) model that
+translates, so ``mlflow.pyfunc.load_model(uri).predict(["a sentence"])`` and ``mlflow models
+serve -m URI`` work, MLflow's UI shows it in the runs table's "Models" column and on the
+experiment's Models tab, and it can be registered (``mlflow.register_model("models:/<model_id>",
+NAME)``) and used by ``platform.train --init-from models:/NAME/VERSION``.
 
 What one model directory holds (``save``):
 
-- the ``nn.Module`` with the best checkpoint's weights (MLflow's pickled PyTorch model, not its
-  ``pt2`` graph format: that one traces ``forward`` on an example tensor, while our models take
-  ``Source`` batches with trees), with the ``models`` package as its code (``code/models``), so it
-  loads where this repository is absent;
-- beside it, as MLflow "extra files": the source and target SentencePiece models, the resolved
-  ``config.yaml`` and ``dataset.json`` (languages, vocabulary sizes and the prepare settings a
-  new input must be encoded with);
-- ``requirements.txt`` naming the torch and sentencepiece it was saved with (given, not inferred:
-  MLflow's inference would load the model once more in a subprocess).
+- ``tracking/serving.py`` as MLflow's "model from code" (the ``Translator`` it loads);
+- the artifact ``checkpoint``: the best checkpoint's weights, resolved config, subword models
+  and prepare settings (not its optimiser state), which ``platform.inference.Trained`` loads;
+- ``code/platform`` and ``code/models``: this repository's packages, so it loads where the
+  repository is absent;
+- a signature (source sentences, strings, in; translations out; ``beam`` and
+  ``lenpen`` params defaulting to the run's decoding) and an input example, a dev sentence
+  (as CoNLL-U for the models that read source trees);
+- ``requirements.txt``: torch, sentencepiece, pyarrow, sacremoses, sacrebleu and pyyaml as
+  saved with (given, not inferred: MLflow's inference would load the model once more in a
+  subprocess).
 
 The checkpoint stays the training's own artifact (``best/checkpoint.pt``, which ``platform.
-evaluate``/``translate --run`` use); this is the same weights in MLflow's format.
+evaluate``/``translate --run`` use); this is the same weights, in a form MLflow can serve.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import warnings
 from pathlib import Path
 
-from platform import config as config_io
 from platform.tracking.artifacts import upload_model_files
-from platform.training.checkpoint import load_checkpoint, model_from_checkpoint
+from platform.training.checkpoint import config_from_checkpoint, load_checkpoint, save_checkpoint
 
 MODEL_NAME = "model"  # the logged model's name (MLflow's default artifact name)
+SERVING = Path(__file__).with_name("serving.py")  # the model's code, run by MLflow to load it (not imported here)
+CHECKPOINT = "checkpoint"  # its artifact: the best checkpoint's weights, config and subword models
 PROGRESS_BARS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+SERVING_KEYS = ("format_version", "model", "config", "subword_models", "dataset_meta", "progress")
+REQUIREMENTS = ("torch", "sentencepiece", "pyarrow", "sacremoses", "sacrebleu", "pyyaml", "numpy")
 
 
-def save(checkpoint: Path, directory: Path) -> dict[str, str]:
-    """Write the MLflow model of ``checkpoint`` into ``directory`` (which must not exist);
-    returns the logged model's params (model name, languages, best epoch and update)."""
-    import mlflow.pytorch
-    import sentencepiece
-    import torch
+def save(checkpoint: Path, directory: Path, example: str) -> dict[str, str]:
+    """Write the MLflow model of ``checkpoint`` into ``directory`` (which must not exist), with
+    ``example`` (a source sentence, words separated by spaces) as its input example; returns
+    the logged model's params (model name, languages, best epoch and update)."""
+    import mlflow.pyfunc
+    from mlflow.models import infer_signature
 
     import models
+    import platform as this_package
+    from models import MODELS
 
     state = load_checkpoint(checkpoint)
-    model, config = model_from_checkpoint(state)
+    config = config_from_checkpoint(state)
     meta = state["dataset_meta"]
-    extras = directory.parent / f"{directory.name}-extra"
-    extras.mkdir(parents=True, exist_ok=True)
-    for side, tensor in state["subword_models"].items():  # exactly the subword models it was trained with
-        (extras / f"{side}.model").write_bytes(bytes(tensor.numpy().tobytes()))
-    (extras / "config.yaml").write_text(config_io.dump_yaml(config), encoding="utf-8")
-    (extras / "dataset.json").write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+    slim = directory.parent / f"{directory.name}-checkpoint" / "checkpoint.pt"
+    save_checkpoint({key: state[key] for key in SERVING_KEYS if key in state}, slim)
+    needs_trees = MODELS[config.model.name].source_syntax is not None
+    source = [flat_conllu(example.split()) if needs_trees else example]
+    params = {"beam": int(config.decode.beam), "lenpen": float(config.decode.alpha)}
     with _quiet_mlflow():
-        mlflow.pytorch.save_model(
-            model, str(directory), serialization_format="pickle", code_paths=[str(Path(models.__file__).parent)],
-            extra_files=[str(path) for path in sorted(extras.iterdir())],
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"sentencepiece=={sentencepiece.__version__}"])
+        mlflow.pyfunc.save_model(
+            str(directory), python_model=str(SERVING), artifacts={CHECKPOINT: str(slim)},
+            code_paths=[str(Path(this_package.__file__).parent), str(Path(models.__file__).parent)],
+            signature=infer_signature(source, ["translation"], params=params), input_example=(source, params),
+            pip_requirements=requirements())
     return {"model": config.model.name, "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"],
             "epoch": str(state["progress"]["epoch"]), "step": str(state["progress"]["step"])}
 
 
+def flat_conllu(words: list[str]) -> str:
+    """``words`` as one CoNLL-U sentence whose every word hangs from the first: the format of
+    a tree model's input, for the input example (real input comes from ``platform.parse``)."""
+    rows = [f"{i}\t{word}\t_\t_\t_\t_\t{0 if i == 1 else 1}\t{'root' if i == 1 else 'dep'}\t_\t_"
+            for i, word in enumerate(words, start=1)]
+    return "\n".join(rows) + "\n"
+
+
+def requirements() -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    pinned = []
+    for name in REQUIREMENTS:
+        try:
+            pinned.append(f"{name}=={version(name).split('+')[0]}")
+        except PackageNotFoundError:
+            continue
+    return pinned
+
+
 @contextlib.contextmanager
 def _quiet_mlflow():
-    """Without MLflow's warnings about pickle (the reason is in this module's docstring) and a
-    missing signature (the module takes ``Source`` batches, not a DataFrame), and without the
-    progress bar it draws for each extra file it copies."""
-    pytorch_log = logging.getLogger("mlflow.pytorch")
-    level, bars = pytorch_log.level, os.environ.get(PROGRESS_BARS)
-    pytorch_log.setLevel(logging.ERROR)
+    """Without MLflow's warnings and without the progress bar it draws for each file it copies."""
+    pyfunc_log = logging.getLogger("mlflow")
+    level, bars = pyfunc_log.level, os.environ.get(PROGRESS_BARS)
+    pyfunc_log.setLevel(logging.ERROR)
     os.environ[PROGRESS_BARS] = "false"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        pytorch_log.setLevel(level)
+        pyfunc_log.setLevel(level)
         if bars is None:
             os.environ.pop(PROGRESS_BARS, None)
         else:

@@ -36,6 +36,16 @@ def git_commit() -> str:
     return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+def launching_user() -> str:
+    """Who launched the run (the runs table's User column; MLflow reads the ``mlflow.user`` tag)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (a container without a passwd entry)
+        return "unknown"
+
+
 def dataset_sha256(meta: dict[str, Any]) -> str:
     """One hash of a prepared dataset: its inputs' hashes and its prepare settings."""
     payload = json.dumps({"inputs": sorted(meta.get("inputs_sha256", {}).values()), "config": meta.get("config")},
@@ -127,6 +137,7 @@ def start_run(tracking_uri: str, experiment: str, run_name: str, params: dict[st
               config_yaml: str, parent_run_id: str | None = None, source: str = "platform.train") -> str:
     """Create a run with its params, tags and ``config.yaml``; returns the run id.  ``source``
     (the command) and the commit are MLflow's source tags, what its runs table's Source column shows."""
+    tags = {"mlflow.user": launching_user(), **tags}  # taken here: the relay may run it elsewhere
     return on_client(client(tracking_uri), _start_run, experiment, tracking_uri, run_name, params, tags, config_yaml,
                      parent_run_id, source)
 

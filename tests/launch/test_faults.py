@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, MlflowServer, wait_for
-from helpers import runs_of, sweep_args
+from helpers import runs_of, sweep_args, validated_epochs
 from platform import train, tune
 from platform.compat import train_worker_pids
 from platform.launch.cluster import cluster_records
@@ -77,15 +77,7 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
     assert run.info.status == "FINISHED" and run.data.tags["restarts"] == "1"
     resumed_from = int(run.data.tags["resumed_from_epoch"])
     assert resumed_from >= 1
-    assert logged_epochs(client, run.info.run_id, 30) == [1, 2, 3]  # each epoch once: no gap, none twice, no second run
-
-
-def logged_epochs(client, run_id: str, updates_per_epoch: int) -> list[int]:
-    """The epochs of the run's ``dev_bleu`` history (logged at their last update), every point
-    counted (a duplicate shows)."""
-    steps = sorted(int(m.step) for m in client.get_metric_history(run_id, "dev_bleu"))
-    assert all(step % updates_per_epoch == 0 for step in steps), steps
-    return [step // updates_per_epoch for step in steps]
+    assert validated_epochs(client, run.info.run_id) == [1, 2, 3]  # each epoch once: no gap, none twice, no second run
 
 
 def latest_checkpoint_epoch(snapshot: Path) -> int:
@@ -140,7 +132,7 @@ def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cl
         assert not failures, failures
         client, (run,) = runs_of(server.uri, "relog")
         assert run.info.status == "FINISHED" and run.data.tags["resumed_from_epoch"] == "2"
-        assert logged_epochs(client, run.info.run_id, 60) == [1, 2, 3]
+        assert validated_epochs(client, run.info.run_id) == [1, 2, 3]
     finally:
         if server.process.poll() is None:
             server.stop()
@@ -217,7 +209,7 @@ def test_ashas_rungs_survive_an_interrupted_sweeps_resume(ray_cluster, demo_data
     def past_the_first_rung() -> set[str]:
         client, found = runs_of(uri, "asha-resume")
         return {r.data.tags["trial_id"] for r in found if r.data.tags.get("mlflow.parentRunId")
-                and any(m.step == 8 for m in client.get_metric_history(r.info.run_id, "dev_bleu"))}  # epoch 1 (smoke: 8 updates)
+                and validated_epochs(client, r.info.run_id)[:1] == [1]}
 
     try:
         wait_for(lambda: driver.poll() is None and len(past_the_first_rung()) >= 2, 300, "two trials past epoch 1")
@@ -275,7 +267,7 @@ def test_twelve_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_c
         assert "loss became" in run.data.tags["error"] and "diverged at epoch 1" in run.data.tags["diverged"]
         assert "retry_refused" in run.data.tags  # Ray restarted it once; the new workers refused to train again
         assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
-        assert re.fullmatch(r"diverged at epoch 1, step \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)", run.data.tags["diverged"])
+        assert re.fullmatch(r"diverged at epoch 1, update \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)", run.data.tags["diverged"])
     assert all(r.info.status == "FINISHED" for r in healthy)
     states = optuna_trial_states(tmp_path / "runs" / "load")
     assert states.count("FAIL") == len(diverged) and len(states) == 12

@@ -1,8 +1,9 @@
-"""The best checkpoint as an MLflow model (PyTorch flavour), logged into a real store through
-RunLogger, then loaded back and registered as a user would."""
+"""The best checkpoint as an MLflow model (a pyfunc model that translates), logged into a real
+store through RunLogger, then loaded back and registered as a user would
+(tests/tracking/test_serving.py: what it translates, and served over HTTP)."""
 
 import mlflow
-import mlflow.pytorch
+import mlflow.pyfunc
 import pytest
 import torch
 from mlflow.entities import LoggedModelStatus
@@ -25,18 +26,19 @@ def checkpoint(demo_dataset, tmp_path):
     config = tiny_config()
     dataset = PreparedDataset.open(demo_dataset)
     torch.manual_seed(3)
-    model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
+    vocab = dataset.meta["vocab_size"]
+    model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], Context())
     state = checkpoint_state(model, optimizer, scheduler, ShardedBatches(dataset.train, config.batching), config,
                              {"epoch": 2, "step": 7, "history": []}, dataset.subword_bytes, dataset.meta)
     return save_checkpoint(state, tmp_path / "checkpoint.pt"), model.state_dict(), dataset
 
 
-def test_the_best_checkpoint_is_a_registrable_pytorch_model_of_its_run(checkpoint, tmp_path, monkeypatch):
+def test_the_best_checkpoint_is_a_registrable_pyfunc_model_of_its_run(checkpoint, tmp_path, monkeypatch):
     path, weights, dataset = checkpoint
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.chdir(tmp_path)  # the store's default artifact root (./mlartifacts) lands here
     run_id = runs.start_run(uri, "models", "r", {}, {}, "")
-    params = mlflow_model.save(path, tmp_path / "mlflow_model")
+    params = mlflow_model.save(path, tmp_path / "mlflow_model", dataset.dev.texts["src_text"][0])
     assert params == {"model": "dbsa", "src_lang": dataset.meta["src_lang"], "tgt_lang": dataset.meta["tgt_lang"],
                       "epoch": "2", "step": "7"}
     logger = RunLogger(uri, run_id)
@@ -52,28 +54,31 @@ def test_the_best_checkpoint_is_a_registrable_pytorch_model_of_its_run(checkpoin
 
     mlflow.set_tracking_uri(uri)
     try:
-        loaded = mlflow.pytorch.load_model(f"models:/{logged.model_id}")
+        loaded = mlflow.pyfunc.load_model(f"models:/{logged.model_id}")
         version = mlflow.register_model(f"models:/{logged.model_id}", "nmt-dbsa")
     finally:
         mlflow.set_tracking_uri(None)
-    assert loaded.__class__.__module__.startswith("models.")  # the project's class, pickled with its code
-    assert set(loaded.state_dict()) == set(weights)
-    for name, tensor in loaded.state_dict().items():  # the checkpoint's weights, exactly
+    translator = loaded.unwrap_python_model().trained
+    assert translator.model.__class__.__module__.startswith("models.")  # the project's class, from its code/
+    assert set(translator.model.state_dict()) == set(weights)
+    for name, tensor in translator.model.state_dict().items():  # the checkpoint's weights, exactly
         assert torch.equal(tensor, weights[name]), name
     assert str(version.version) == "1" and version.name == "nmt-dbsa"
     files = {a.path for a in client.list_logged_model_artifacts(logged.model_id)}
-    assert {"MLmodel", "requirements.txt", "code", "extra_files"} <= files, files
-    extra = {a.path.rsplit("/", 1)[-1] for a in client.list_logged_model_artifacts(logged.model_id, "extra_files")}
-    assert extra == {"src.model", "tgt.model", "config.yaml", "dataset.json"}
+    assert {"MLmodel", "requirements.txt", "code", "artifacts", "serving.py", "input_example.json"} <= files, files
+    code = {a.path.rsplit("/", 1)[-1] for a in client.list_logged_model_artifacts(logged.model_id, "code")}
+    assert code == {"platform", "models"}
+    saved = {a.path.rsplit("/", 1)[-1] for a in client.list_logged_model_artifacts(logged.model_id, "artifacts")}
+    assert saved == {"checkpoint.pt"}  # weights, config and subword models, without the optimiser state
 
 
 def test_a_retried_model_log_finishes_the_same_model(checkpoint, tmp_path, monkeypatch):
     """An outage between creating the model and linking it: the retry must not make a second one."""
-    path, _, _ = checkpoint
+    path, _, dataset = checkpoint
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.chdir(tmp_path)
     run_id = runs.start_run(uri, "models", "r", {}, {}, "")
-    params = mlflow_model.save(path, tmp_path / "m")
+    params = mlflow_model.save(path, tmp_path / "m", dataset.dev.texts["src_text"][0])
     files, created = files_of(tmp_path / "m"), {}
 
     class Flaky(MlflowClient):
@@ -104,7 +109,7 @@ def test_a_model_mlflow_cannot_save_leaves_the_finished_training_finished(tmp_pa
     broken = tmp_path / "checkpoint.pt"
     broken.write_bytes(b"not a checkpoint")
     hooks = RayHooks.__new__(RayHooks)  # rank 0's hooks, without a Ray Train context
-    hooks.logger, hooks.workdir = RunLogger(uri, run_id), tmp_path
+    hooks.logger, hooks.workdir, hooks.example_source = RunLogger(uri, run_id), tmp_path, "a b c"
     hooks._log_mlflow_model(broken)
     assert hooks.logger.close() == []
     run = MlflowClient(uri).get_run(run_id)

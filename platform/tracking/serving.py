@@ -1,0 +1,63 @@
+"""The MLflow pyfunc model of a trained run, as MLflow's "models from code": MLflow runs this
+file to load the model (``mlflow.pyfunc.load_model``, ``mlflow models serve``), with the model's
+``code/`` directory (this repository's ``platform`` and ``models`` packages) on ``sys.path``.
+
+``predict`` takes source sentences (a list of strings, or a one-column DataFrame): plain
+text, words separated by spaces as the training data was segmented, or one CoNLL-U block per
+sentence.  Models that read source trees parse plain text with the language's
+``platform.parse`` pipeline where the ``parse`` extra is installed.  It returns the
+translations, detokenized, in order; ``params`` ``beam`` and ``lenpen`` override the run's
+decoding as ``platform.translate``'s flags do.
+
+The serving process imported the standard library's ``platform`` before it loads this file
+(MLflow, uvicorn and torch all do), so ``import platform.inference`` would find that module.
+``_use_this_projects_platform`` puts this project's package in its place: it is the standard
+library module too (its ``__init__`` re-exports all of it, docs/architecture.md), exactly as
+whenever this repository's commands run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def _use_this_projects_platform() -> None:
+    current = sys.modules.get("platform")
+    if current is not None and hasattr(current, "__path__"):
+        return  # this project's package already
+    for entry in sys.path:
+        root = Path(entry or ".") / "platform"
+        if (root / "inference.py").is_file():
+            spec = importlib.util.spec_from_file_location("platform", root / "__init__.py",
+                                                          submodule_search_locations=[str(root)])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["platform"] = module
+            spec.loader.exec_module(module)
+            return
+    raise ImportError("this project's platform package is not on sys.path (the MLflow model's code/ directory)")
+
+
+_use_this_projects_platform()
+
+import mlflow.models  # noqa: E402 - after the package above
+import mlflow.pyfunc  # noqa: E402
+
+from platform.tracking.model import CHECKPOINT  # noqa: E402
+
+
+class Translator(mlflow.pyfunc.PythonModel):
+    def load_context(self, context) -> None:
+        from platform.inference import Trained
+
+        self.trained = Trained.load(checkpoint=context.artifacts[CHECKPOINT])
+
+    def predict(self, context, model_input: list[str], params: dict | None = None) -> list[str]:
+        params = params or {}
+        texts = model_input.iloc[:, 0].tolist() if hasattr(model_input, "columns") else list(model_input)
+        sentences = self.trained.sentences_from_texts([str(text) for text in texts])
+        return self.trained.translate_all(sentences, params.get("beam"), params.get("lenpen"))
+
+
+mlflow.models.set_model(Translator())

@@ -1,0 +1,123 @@
+"""The logged MLflow model translates: loaded back with ``mlflow.pyfunc.load_model`` and served
+by ``mlflow models serve`` on 127.0.0.1 (from outside the repository, where ``platform`` is the
+standard library's until the model loads), it gives what ``platform.translate`` gives on the
+same checkpoint."""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, wait_for
+from helpers import free_port, tiny_config
+from platform.data.dataset import PreparedDataset
+from platform.training.config import load_train_config
+from platform.training.context import Context
+from platform.training.loop import LocalHooks, fit
+
+
+@pytest.fixture(scope="module")
+def trained(demo_dataset, tmp_path_factory):
+    """A small transformer after 150 updates (its translations vary), saved as an MLflow model."""
+    from platform.tracking import model as mlflow_model
+
+    directory = tmp_path_factory.mktemp("served")
+    config = tiny_config("transformer", max_epochs=None, max_updates=150, eval={"max_sentences": 4},
+                         optim={"lr": 5e-3})
+    dataset = PreparedDataset.open(demo_dataset)
+    fit(config, dataset, Context(), LocalHooks(directory), log=lambda line: None)
+    sources = list(dataset.dev.texts["src_text"][:6])
+    mlflow_model.save(directory / "best.pt", directory / "mlflow_model", sources[0])
+    return directory, sources
+
+
+def translate_cli(checkpoint, lines: str, *extra: str) -> list[str]:
+    result = subprocess.run([sys.executable, "-m", "platform.translate", "--checkpoint", str(checkpoint), *extra],
+                            input=lines, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.splitlines()
+
+
+def test_the_pyfunc_model_translates_as_platform_translate_does(trained, tmp_path, monkeypatch):
+    import mlflow
+    import mlflow.pyfunc
+
+    from platform.tracking import runs
+    from platform.tracking.logger import RunLogger
+
+    directory, sources = trained
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.chdir(tmp_path)
+    run_id = runs.start_run(uri, "served", "r", {}, {}, "")
+    logger = RunLogger(uri, run_id)
+    logger.model(directory / "mlflow_model", 150, {"model": "transformer"})
+    assert logger.close() == []
+    model_id = mlflow.MlflowClient(uri).get_run(run_id).outputs.model_outputs[0].model_id
+    mlflow.set_tracking_uri(uri)
+    try:
+        version = mlflow.register_model(f"models:/{model_id}", "nmt-transformer")
+        loaded = mlflow.pyfunc.load_model(f"models:/nmt-transformer/{version.version}")
+    finally:
+        mlflow.set_tracking_uri(None)
+    signature = loaded.metadata.signature
+    assert {p.name: p.default for p in signature.params.params} == {"beam": 4, "lenpen": 0.6}  # the recipe's
+    expected = translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources), "--beam", "2")
+    assert len(set(expected)) > 1  # a model whose translations vary
+    assert loaded.predict(sources, params={"beam": 2}) == expected
+    assert loaded.predict(sources[:2]) == translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources[:2]))
+
+
+def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, tmp_path):
+    import mlflow.pyfunc
+
+    from platform.errors import UserError
+    from platform.tracking import model as mlflow_model
+
+    config = load_train_config({"model": {"name": "tree2seq", "d_embed": 16, "d_hidden": 16}, "max_epochs": 1,
+                                "max_steps_per_epoch": 2, "eval": {"max_sentences": 4}})
+    dataset = PreparedDataset.open(demo_dataset)
+    fit(config, dataset, Context(), LocalHooks(tmp_path), log=lambda line: None)
+    mlflow_model.save(tmp_path / "best.pt", tmp_path / "mlflow_model", dataset.dev.texts["src_text"][0])
+    loaded = mlflow.pyfunc.load_model(str(tmp_path / "mlflow_model"))
+    conllu = gzip.open(demo_dataset / "conllu" / "test.sov.conllu.gz", "rt", encoding="utf-8").read()
+    blocks = [block + "\n" for block in conllu.split("\n\n")[:3]]
+    expected = translate_cli(tmp_path / "best.pt", "\n".join(blocks) + "\n", "--conllu", "--beam", "2")
+    assert loaded.predict(blocks, params={"beam": 2}) == expected
+    with pytest.raises(UserError, match="tree2seq reads source trees: give CoNLL-U"):
+        loaded.predict(["plain words only"])
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(trained, tmp_path):
+    directory, sources = trained
+    port = free_port()
+    outside = tmp_path / "elsewhere"  # not the repository root: ``platform`` is the stdlib's there
+    outside.mkdir()
+    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/unused.db"}
+    with open(tmp_path / "serve.log", "w") as log:
+        server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(directory / "mlflow_model"),
+                                   "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], cwd=outside,
+                                  stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        def ready():
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).status == 200
+            except OSError:
+                return False
+
+        wait_for(ready, 180, "the model server")
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", method="POST",
+                                         data=json.dumps({"inputs": sources, "params": {"beam": 2}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        answer = json.loads(urllib.request.urlopen(request, timeout=120).read())
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    expected = translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources), "--beam", "2")
+    assert answer == {"predictions": expected}
