@@ -227,7 +227,7 @@ class Trained:
                 raise UserError(f"source {number}: empty (one sentence per source)")
         if not self.needs_trees:
             return words
-        from platform.parse import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu
+        from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu
 
         if self.src_lang not in DEFAULT_MODELS:
             raise UserError(f"{self.config.model.name} reads source trees: give CoNLL-U (python -m platform.parse "

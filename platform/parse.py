@@ -16,26 +16,14 @@ import argparse
 import gzip
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from tqdm import tqdm
 
+from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu
 from platform.data.storage import open_text_lines
 from platform.errors import InputError, UserError, run_cli
-
-DEFAULT_MODELS = {"ja": "ja_ginza"}
-
-
-def load_pipeline(name: str):
-    try:
-        import spacy
-    except ImportError:
-        raise UserError("spaCy is not installed: pip install -e '.[parse]'") from None
-    try:
-        return spacy.load(name)
-    except OSError:
-        raise UserError(f"spaCy pipeline {name!r} is not installed (for Japanese: pip install ja-ginza)") from None
 
 
 def read_lines(path: str | Path, strip_spaces: bool) -> list[tuple[str, str]]:
@@ -49,30 +37,6 @@ def read_lines(path: str | Path, strip_spaces: bool) -> list[tuple[str, str]]:
     if not lines:
         raise InputError(path, None, "no sentences (empty input)")
     return lines
-
-
-def one_tree_docs(nlp, lines: Iterable[str], pretokenized: bool) -> Iterator:
-    """Tokenized Docs whose sentence boundaries are fixed: the whole line is one sentence."""
-    from spacy.tokens import Doc
-
-    for line in lines:
-        doc = Doc(nlp.vocab, words=line.split()) if pretokenized else nlp.make_doc(line)
-        for token in doc[1:]:
-            token.is_sent_start = False
-        yield doc
-
-
-def to_conllu(doc, sent_id: str, text: str) -> str:
-    """One parsed Doc as a CoNLL-U block; extra roots (should the parser make any) join the first."""
-    roots = [t.i for t in doc if t.head.i == t.i]
-    lines = [f"# sent_id = {sent_id}", f"# text = {text}"]
-    for token in doc:
-        head = 0 if token.i == roots[0] else (token.head.i if token.head.i != token.i else roots[0]) + 1
-        misc = "_" if token.whitespace_ else "SpaceAfter=No"
-        fields = [str(token.i + 1), token.text, token.lemma_ or "_", token.pos_ or "_", token.tag_ or "_", "_",
-                  str(head), token.dep_ or "dep", "_", misc]
-        lines.append("\t".join(f.replace("\t", " ") or "_" for f in fields))
-    return "\n".join(lines) + "\n\n"
 
 
 def parse_file(nlp, source: str | Path, out: str | Path, *, strip_spaces: bool, pretokenized: bool,
