@@ -289,6 +289,8 @@ class _Run:
         evaluation = evaluate(self.model, self.dataset.dev, self.config, self.tgt_model,
                               self.dataset.meta["tgt_lang"], self.ctx)
         self.hooks.progress(evaluation.metrics, 0)
+        self.window.reset()  # the updates' time and throughput start now
+        self.logged.reset()
         shown_now = "  ".join(f"{key} {SHOWN[key].format(evaluation.metrics[key])}" for key in shown("progress")
                               if key in evaluation.metrics)
         self.log(f"before training, from {source}: {shown_now}")
@@ -328,6 +330,7 @@ class _Run:
     # --- reports
     def report(self, validate: bool, final: bool) -> bool:
         """Report (with the checkpoint) the updates since the last report; True to stop early."""
+        began = time.perf_counter()
         metrics = self.report_metrics()
         evaluation = None
         if validate and self.ctx.rank == 0 and self.dataset.dev is not None:
@@ -346,6 +349,7 @@ class _Run:
             self.log(progress_line(metrics, self.config))
         self.hooks.report(metrics, state, evaluation, is_best, final=final or stop)
         self.window.reset()
+        self.logged.began += time.perf_counter() - began  # a progress line's tokens/s counts updates only
         if stop and self.ctx.rank == 0:
             self.log(f"early stopping: no better {self.config.best_metric} for {self.config.patience} validations")
         return stop
