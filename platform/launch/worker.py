@@ -153,6 +153,7 @@ class RayHooks:
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
             self.logger.tag("restarts", str(restarts))
             self.logger.tag("resumed_from_epoch", str(state["progress"]["epoch"]))
+            self.logger.tag("resumed_from_update", str(state["progress"]["step"]))  # mid-epoch with save_every
             self.logger.missing_metrics(self.history, "step")  # what an outage kept from MLflow before the failure
         return state
 

@@ -36,16 +36,20 @@ def alive_train_workers() -> list[int]:
     return sorted(actor.pid for actor in actors)
 
 
-@pytest.mark.parametrize("rank", [0, 1])
+@pytest.mark.parametrize("rank, save_every", [(0, None), (1, None), (1, 5)])
 def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_cluster, demo_dataset, tmp_path,
-                                                                          monkeypatch, rank):
-    """Rank 0 (which logs to MLflow) and a non-zero rank, each SIGKILLed on purpose mid-epoch 2."""
+                                                                          monkeypatch, rank, save_every):
+    """Rank 0 (which logs to MLflow) and a non-zero rank, each SIGKILLed on purpose mid-epoch 2;
+    with ``save_every`` 5 (epochs of 12 updates here), killed after a mid-epoch checkpoint: the
+    run resumes at that update and ends with exactly the updates of 3 epochs, none lost or
+    repeated (which batches: ``tests/training/test_loop.py``, by their examples)."""
     monkeypatch.setenv("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")  # to tell the ranks' pids apart
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     storage = tmp_path / "runs"
     args = ["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2", "--max-epochs", "3",
             "--set", "max_steps_per_epoch=30", "--experiment", "kill-worker", "--tracking-uri", uri,
-            "--storage-path", str(storage), "--max-failures", "1", "--name", "victim"]
+            "--storage-path", str(storage), "--max-failures", "1", "--name", "victim",
+            *(["--save-every", str(save_every)] if save_every else [])]
     killed: list[int] = []
     restarted: list[dict[int, int]] = []
     failures: list[BaseException] = []
@@ -54,10 +58,16 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
         try:
             # registered by Ray (in its snapshot), not merely being copied into storage
             snapshot = storage / "victim" / "checkpoint_manager_snapshot.json"
-            wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text(), 300, "the first checkpoint")
-            pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 60, "two live workers")
-            assert sorted(pids.values()) == alive_train_workers()
-            time.sleep(0.5)  # into epoch 2
+            if save_every:  # the workers first, then the kill as soon as the mid-epoch checkpoint is registered
+                pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 300, "two live workers")
+                wait_for(lambda: latest_checkpoint(snapshot).get("step", 0) >= save_every, 300,
+                         "the first mid-epoch checkpoint", poll=0.02)
+            else:
+                wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text(), 300,
+                         "the first checkpoint")
+                pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 60, "two live workers")
+                assert sorted(pids.values()) == alive_train_workers()
+                time.sleep(0.5)  # into epoch 2
             os.kill(pids[rank], signal.SIGKILL)
             killed.append(pids[rank])
             # while training goes on: a new worker group, none of the old processes in it
@@ -75,20 +85,31 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
     assert len(runs) == 1  # the restarted worker group reopened the same run
     run = runs[0]
     assert run.info.status == "FINISHED" and run.data.tags["restarts"] == "1"
-    resumed_from = int(run.data.tags["resumed_from_epoch"])
-    assert resumed_from >= 1
     assert validated_epochs(client, run.info.run_id) == [1, 2, 3]  # each epoch once: no gap, none twice, no second run
+    steps = sorted(int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu"))
+    per_epoch = steps[-1] - steps[-2]  # the last epoch's updates, all after the kill
+    resumed_at = int(run.data.tags["resumed_from_update"])
+    if save_every is None:
+        assert int(run.data.tags["resumed_from_epoch"]) >= 1 and resumed_at % per_epoch == 0
+    else:  # a checkpoint inside an epoch, every 5 updates
+        assert resumed_at % per_epoch != 0 and resumed_at % save_every == 0, (resumed_at, per_epoch)
+    assert run.data.metrics["step"] == 3 * per_epoch  # the updates of 3 epochs, counted across the kill
 
 
-def latest_checkpoint_epoch(snapshot: Path) -> int:
-    """The epoch of the latest checkpoint Ray Train has registered (0: none yet)."""
+def latest_checkpoint(snapshot: Path) -> dict:
+    """The metrics of the latest checkpoint Ray Train has registered (empty: none yet)."""
     import json
 
     try:
         latest = json.loads(snapshot.read_text()).get("latest_checkpoint_result") or {}
     except (OSError, ValueError):  # not written yet, or being replaced
-        return 0
-    return int(latest.get("metrics", {}).get("epoch", 0))
+        return {}
+    return latest.get("metrics", {})
+
+
+def latest_checkpoint_epoch(snapshot: Path) -> int:
+    """The epoch of the latest checkpoint Ray Train has registered (0: none yet)."""
+    return int(latest_checkpoint(snapshot).get("epoch", 0))
 
 
 def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cluster, demo_dataset, tmp_path,
