@@ -37,9 +37,8 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     ctx = Context.from_torch_distributed(ray.train.torch.get_device())
     location = loop["dataset"].location  # a DatasetRef
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
-    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location)
-    if dataset.dev is not None:  # the MLflow model's input example
-        hooks.example_source = dataset.dev.texts["src_text"][0]
+    example = dataset.dev.texts["src_text"][0] if dataset.dev is not None else "a source sentence"
+    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example)
     if hooks.logger is not None:  # what ``precision: auto`` chose on this device
         hooks.logger.tag("precision", chosen_precision(config.precision, ctx.device))
     system, node_logger = _system_metrics(hooks, loop)
@@ -118,8 +117,10 @@ class RayHooks:
     """Ray Train around ``fit``: DDP wrapping, checkpoints through ``ray.train.report``,
     resuming from ``ray.train.get_checkpoint()``, and rank 0's MLflow logging."""
 
-    def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str):
+    def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str,
+                 example_source: str = "a source sentence"):
         self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
+        self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
         self.logger = HeldTime(lambda: RunLogger(tracking_uri, run_id)) if rank == 0 else None
         if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
             import platform as _platform
@@ -136,7 +137,6 @@ class RayHooks:
         self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
         self.history: list[dict[str, float]] = []
         self.finished = False
-        self.example_source = "a source sentence"  # rank 0: a dev sentence (train_loop_per_worker)
 
     def resume(self) -> dict | None:
         import ray.train
