@@ -170,7 +170,11 @@ class Trained:
         """Decode (``decoding``) and score a CoNLL-U pair set: test_bleu, test_chrf, test_bleu_tok,
         parse UAS (``metric_prefix`` instead of ``test``); returns the evaluation and the
         (tokenized) references."""
-        examples = self.encode_pairs(prefix)
+        return self.score_examples(self.encode_pairs(prefix), beam, alpha, device, metric_prefix)
+
+    def score_examples(self, examples: ParquetExamples, beam: int | None = None, alpha: float | None = None,
+                       device: str = "cpu", metric_prefix: str = "test") -> tuple[Evaluation, list[str]]:
+        """``score`` of encoded examples (a prepared dataset's test split, for one)."""
         decode = self.decoding(beam, alpha)
         config = dataclasses.replace(self.config, eval=dataclasses.replace(
             self.config.eval, beam=decode.beam, alpha=decode.alpha, max_len_a=decode.max_len_a,

@@ -23,6 +23,7 @@ from typing import Any
 from platform.errors import UserError, run_cli
 from platform.launch.spaces import knob_names
 from platform.tracking.logger import RunLogger
+from platform.tracking.significance import logged_tokenizer, paired_tests, test_outputs
 from platform.tracking.store import client as tracking_client
 from platform.tracking.store import resolve_tracking_uri
 from platform.tracking.tables import format_table, to_csv
@@ -129,9 +130,6 @@ def significance(client, rows: list[dict[str, Any]], directory: Path) -> str:
     is represented by its best finished run with hypotheses of the same test set (best by dev
     BLEU, ``rows``' order; a failed run is never chosen, whatever it reached before failing).
     Returns a markdown section."""
-    from sacrebleu.metrics import BLEU, CHRF
-    from sacrebleu.significance import PairedTest
-
     evaluated = [r for r in rows if "test_bleu" in r and r["status"] == "finished"]
     baseline = next((r for r in evaluated if r["model"] == "transformer"), None)
     systems: list[dict[str, Any]] = []
@@ -141,7 +139,7 @@ def significance(client, rows: list[dict[str, Any]], directory: Path) -> str:
     if baseline is None or not systems:
         return ("## Significance\n\nneeds test hypotheses (platform.evaluate --run) of a finished transformer baseline "
                 "and of a finished run of another model")
-    outputs = {row["run_id"]: _test_outputs(client, row, directory) for row in [baseline, *systems]}
+    outputs = {row["run_id"]: test_outputs(client, row["run_id"], directory) for row in [baseline, *systems]}
     missing = [row["run"] for row in [baseline, *systems] if outputs[row["run_id"]] is None]
     if missing:
         return f"## Significance\n\nno test hypotheses logged for run(s) {', '.join(missing)}"
@@ -151,13 +149,10 @@ def significance(client, rows: list[dict[str, Any]], directory: Path) -> str:
     if not systems:
         return "## Significance\n\nno other model was evaluated on the baseline's test set"
     named = [(row["run"], outputs[row["run_id"]]["hyp"]) for row in [baseline, *systems]]
-    tokenizer = _logged_tokenizer(client, baseline["run_id"])
-    metrics = {"BLEU": BLEU(tokenize=tokenizer, force=True), "chrF2": CHRF()}  # keyed by sacrebleu's names
-    results = {test_type: PairedTest(named, metrics=metrics, references=[references], test_type=test_type,
-                                     n_samples=samples)()[1]
-               for test_type, samples in (("bs", 1000), ("ar", 10000))}
+    tokenizer = logged_tokenizer(client, baseline["run_id"])
+    results = paired_tests(named, references, tokenizer)
     table = [{"model": row["model"], "run": row["run"],
-              **{f"{metric} {key}".strip(): value for metric in metrics
+              **{f"{metric} {key}".strip(): value for metric in ("BLEU", "chrF2")
                  for key, value in _test_cells(results["bs"][metric][i], results["ar"][metric][i], i == 0).items()}}
              for i, row in enumerate([baseline, *systems])]
     skipped = f"\n\nNot compared (another test set): {', '.join(other_sets)}." if other_sets else ""
@@ -172,27 +167,6 @@ def _test_cells(bootstrap, randomisation, is_baseline: bool) -> dict[str, str]:
     return {"": f"{bootstrap.score:.2f}", "bootstrap": f"{bootstrap.mean:.2f} ± {bootstrap.ci:.2f}",
             "p (bs)": "–" if is_baseline else f"{bootstrap.p_value:.4f}",
             "p (ar)": "–" if is_baseline else f"{randomisation.p_value:.4f}"}
-
-
-def _test_outputs(client, row: dict[str, Any], directory: Path) -> dict[str, list[str]] | None:
-    """A run's logged test files (``hyp``, ``ref``, ``tok.hyp``, ...) as lines, or None."""
-    tests = [a.path for a in client.list_artifacts(row["run_id"], "test")]
-    if not tests:
-        return None
-    local = Path(client.download_artifacts(row["run_id"], tests[0], str(directory / row["run_id"])))
-    return {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
-
-
-def _logged_tokenizer(client, run_id: str) -> str:
-    """The sacrebleu tokenizer the run's own BLEU used (``tok:`` of its ``sacrebleu_signature``:
-    ``ja-mecab`` for Japanese, ``zh`` for Chinese, ``13a`` otherwise), so the tested BLEU is the
-    logged one."""
-    import re
-
-    tags = client.get_run(run_id).data.tags
-    signature = tags.get("test_sacrebleu_signature") or tags.get("sacrebleu_signature", "")
-    found = re.search(r"tok:([^|]+)", signature)
-    return found.group(1) if found else "13a"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -221,11 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     images += [coordinates] if coordinates else []
     with tempfile.TemporaryDirectory() as scratch:
         tests = significance(client, rows, Path(scratch))
+        confirmations = confirmation_sections(client, experiment.experiment_id, Path(scratch))
     seeds = over_seeds(rows)
     seeds_text = (f"## Over seeds\n\nMean ± standard deviation over the seeds of each setting trained with several "
                   f"(finished runs only).\n\n{format_table(seeds)}\n\n" if seeds else "")
     text = (f"# Experiment {args.experiment}\n\n{len(rows)} training runs, best first.\n\n{format_table(rows)}\n\n"
-            f"{seeds_text}{tests}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
+            f"{seeds_text}{tests}\n\n{confirmations}" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
     (out / "report.md").write_text(text, encoding="utf-8")
     (out / "report.csv").write_text(to_csv(rows), encoding="utf-8")
     parent = _latest_sweep_parent(client, experiment.experiment_id)
@@ -237,6 +212,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {out / 'report.md'}, {out / 'report.csv'} and {len(images)} plots"
           + (f"; logged to sweep run {parent}" if parent else ""), file=sys.stderr)
     return 0
+
+
+def confirmation_sections(client, experiment_id: str, directory: Path) -> str:
+    """Each sweep's confirmation table (``platform.tune --confirm``), as its parent run holds it."""
+    sections = []
+    for run in client.search_runs([experiment_id], filter_string="tags.confirmation != ''",
+                                  order_by=["attributes.start_time ASC"]):
+        local = Path(client.download_artifacts(run.info.run_id, run.data.tags["confirmation"], str(directory / run.info.run_id)))
+        text = local.read_text(encoding="utf-8").replace("## Confirmation on test", f"## Confirmation on test: sweep {run.info.run_name}", 1)
+        sections.append(text.rstrip() + "\n\n")
+    return "".join(sections)
 
 
 def _latest_sweep_parent(client, experiment_id: str) -> str | None:

@@ -13,4 +13,5 @@ SPACES = {
     "gumbel": DIRECTORY / "gumbel.yaml",
     "hier": DIRECTORY / "hier.yaml",
     "baseline": DIRECTORY / "baseline.yaml",
+    "papers": DIRECTORY / "papers.yaml",
 }

@@ -11,11 +11,18 @@ the config key ``model.p_enc`` is accepted for it too.  A distribution is one of
     {type: categorical, choices: [a, b]}
 
 with an optional ``when: {other.key: value}`` that samples the knob only when the condition
-holds (Optuna's define-by-run).  In ``first_points`` a layer index may be a fraction of the
+holds (Optuna's define-by-run), and an optional ``grid: [values]``: the values ``--search grid``
+tries (categorical knobs use their choices, int knobs of at most 16 values every value).  The
+knob ``recipe`` (categorical, paper recipe names) samples the recipe, and with it the model:
+each trial starts from its recipe's config, and knobs that only some recipes have carry a
+``when: {recipe: ...}`` (``search_spaces/papers.yaml``).  In ``first_points`` a layer index may be a fraction of the
 layer count (``4/6``: the paper's layer 4 of 6, scaled to the model by ``recipes.scale_layer``,
 the rule every config uses), and ``recipe: NAME`` stands for that paper recipe's knobs
 (``training/recipes.py``); keys written next to it win.  An optional top-level ``recipe``
-names the recipe the trials' base config starts from (default: the model's own).
+names the recipe the trials' base config starts from (default: the model's own); ``baseline``
+names the recipe the confirmation stage compares with (``--confirm``); ``search`` sets the
+searcher and scheduler (``launch.searcher.SearchSettings``; flags win); ``objectives`` (a list of
+``{metric, mode}``) makes the sweep multi-objective, its first being the scheduler's metric.
 
 ``load_space`` reads the file once and owns the trials' base config: the space's model and
 recipe at a size, with ``--set`` overrides, validated with every first point and a few samples
@@ -25,6 +32,7 @@ before any trial starts.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,10 +40,13 @@ from typing import Any, Literal
 
 from platform import config as config_io
 from platform.errors import ConfigError, UserError
+from platform.launch.searcher import SearchSettings
 from platform.training import recipes
 from platform.training.config import knob_key, knob_name, load_train_config, resolve
 
 LAYER_SYMBOLS = {"encoder_layers": "num_encoder_layers", "decoder_layers": "num_decoder_layers"}
+RECIPE_KNOB = "recipe"
+GRID_ALL_INTS = 16  # an int knob with at most this many values is gridded over all of them
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +57,7 @@ class Distribution:
     log: bool = False
     choices: tuple[Any, ...] | None = None
     when: dict[str, Any] = field(default_factory=dict)
+    grid: tuple[Any, ...] | None = None  # the values --search grid tries (numeric knobs)
 
     def __post_init__(self) -> None:
         if self.type == "categorical":
@@ -56,11 +68,20 @@ class Distribution:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Objective:
+    metric: str
+    mode: Literal["max", "min"] = "max"
+
+
+@dataclass(frozen=True, kw_only=True)
 class SpaceFile:
-    model: str
+    model: str | None = None  # None: the knob ``recipe`` samples the model
     recipe: str | None = None  # the base config's recipe (default: the model's own)
+    baseline: str | None = None  # the recipe --confirm compares with
     metric: str = "dev_bleu"
     mode: Literal["max", "min"] = "max"
+    objectives: list[Objective] = field(default_factory=list)  # several: a multi-objective sweep
+    search: SearchSettings = field(default_factory=SearchSettings)
     params: dict[str, Distribution]
     fixed: dict[str, Any] = field(default_factory=dict)
     first_points: list[dict[str, Any]] = field(default_factory=list)
@@ -74,17 +95,69 @@ class Space:
     name: str
     path: Path
     spec: SpaceFile
-    base: dict[str, Any]
+    bases: dict[str, dict[str, Any]]  # recipe name → the base config of its trials
     layers: dict[str, int]
+    baseline_config: dict[str, Any] | None = None  # the baseline recipe's config (--confirm)
+
+    @property
+    def base(self) -> dict[str, Any]:
+        """The base config of the space's (first) recipe: what every trial shares (its limits)."""
+        return next(iter(self.bases.values()))
 
     @property
     def recipe(self) -> str:
-        """The recipe the trials' base config starts from (the space's, else its model's default)."""
-        return recipes.recipe_for(self.spec.model, self.spec.recipe)[0]
+        """The recipe the trials' base config starts from (the space's, else its model's default;
+        the first choice of a ``recipe`` knob)."""
+        return next(iter(self.bases))
+
+    @property
+    def model(self) -> str:
+        """The space's model, or ``mixed`` where the knob ``recipe`` samples it."""
+        return self.spec.model or "mixed"
+
+    def recipe_of(self, sampled: dict[str, Any]) -> str:
+        return str(sampled.get(RECIPE_KNOB, self.recipe))
+
+    def model_of(self, sampled: dict[str, Any]) -> str:
+        return self.bases[self.recipe_of(sampled)]["model"]["name"]
 
     @property
     def knobs(self) -> list[str]:
         return list(self.spec.params)
+
+    @property
+    def objectives(self) -> list[tuple[str, str]]:
+        """(metric, mode) of each objective: the space's ``objectives``, else its ``metric``."""
+        if self.spec.objectives:
+            return [(o.metric, o.mode) for o in self.spec.objectives]
+        return [(self.spec.metric, self.spec.mode)]
+
+    def with_objectives(self, given: Sequence[str]) -> "Space":
+        """The space with ``METRIC:MODE`` objectives (``--objective``) instead of its own."""
+        objectives = []
+        for text in given:
+            metric, _, mode = text.partition(":")
+            if not metric or mode not in ("max", "min"):
+                raise UserError(f"--objective {text!r}: expected METRIC:max or METRIC:min")
+            objectives.append(Objective(metric=metric, mode=mode))
+        spec = dataclasses.replace(self.spec, objectives=objectives, metric=objectives[0].metric, mode=objectives[0].mode)
+        return dataclasses.replace(self, spec=spec)
+
+    def grid(self) -> dict[str, list[Any]]:
+        """Every knob's grid values (``--search grid``): its ``grid``, its choices, or every value
+        of a small int range; a knob with none is refused."""
+        values = {}
+        for key, dist in self.spec.params.items():
+            if dist.grid is not None:
+                values[key] = list(dist.grid)
+            elif dist.type == "categorical":
+                values[key] = list(dist.choices)
+            elif dist.type == "int" and int(self.bounds(key)[1]) - int(self.bounds(key)[0]) < GRID_ALL_INTS:
+                values[key] = list(range(int(self.bounds(key)[0]), int(self.bounds(key)[1]) + 1))
+            else:
+                raise ConfigError(f"{self.path}: params.{key} needs grid values for --search grid "
+                                  f"(e.g. {key}: {{..., grid: [a, b, c]}})")
+        return values
 
     def bounds(self, key: str) -> tuple[Any, Any]:
         dist = self.spec.params[key]
@@ -124,6 +197,8 @@ class Space:
         if name is None:
             return point
         recipe = recipes.get_recipe(str(name))
+        if RECIPE_KNOB in self.spec.params:
+            return {RECIPE_KNOB: str(name), **point}
         if recipe.model != self.spec.model:
             raise ConfigError(f"space {self.name}: first point recipe {name} is a {recipe.model} recipe, not {self.spec.model}")
         knobs = {key: value for key, value in {**recipe.settings, **recipe.training}.items() if key in self.spec.params}
@@ -144,10 +219,12 @@ class Space:
         return dict(trial.params)
 
     def trial_config(self, sampled: dict[str, Any]) -> dict[str, Any]:
-        """The full config data of one trial: the base, then ``fixed``, then the sampled knobs."""
-        data = copy.deepcopy(self.base)
+        """The full config data of one trial: its recipe's base, then ``fixed``, then the sampled
+        knobs."""
+        data = copy.deepcopy(self.bases[self.recipe_of(sampled)])
         for name, value in {**self.spec.fixed, **sampled}.items():
-            config_io.set_dotted(data, knob_key(name), value)
+            if name != RECIPE_KNOB:
+                config_io.set_dotted(data, knob_key(name), value)
         return data
 
 
@@ -183,10 +260,8 @@ def space_path(name: str) -> Path:
 
 
 def load_space(name: str, size: str = "sweep", overrides: Sequence[str] = (), max_epochs: int | None = None) -> Space:
-    """Load space ``name`` (read once) with its trials' base config: the space's model and recipe
-    at ``size`` (``training.config.resolve``, as ``platform.train`` resolves), ``--set``
-    ``overrides`` and ``max_epochs``, without early stopping (ASHA decides: a trial that ends
-    early was pruned); every first point and a few samples are validated against it."""
+    """Load space ``name`` (read once) with its trials' base configs (``_trial_base``, one per
+    recipe it samples); every first point and a few samples are validated against them."""
     path = space_path(name)
     raw = _knob_names(config_io.read_yaml_mapping(path))
     params = raw.get("params")
@@ -195,15 +270,53 @@ def load_space(name: str, size: str = "sweep", overrides: Sequence[str] = (), ma
     raw = {**raw, "params": {key: config_io.from_dict(Distribution, spec, where=f"{path}: params.{key}")
                              for key, spec in params.items()}}
     spec = config_io.from_dict(SpaceFile, raw, where=str(path))
-    base = resolve(spec.model, size, recipe=spec.recipe, overrides=overrides, max_epochs=max_epochs)
-    base["patience"] = None
-    loaded = load_train_config(base)  # a bad --set fails here; the layer counts the trials build
-    _check_epoch_reports(loaded)
+    if spec.objectives:  # the first objective is the sweep's metric (the scheduler's, the summary's order)
+        spec = dataclasses.replace(spec, metric=spec.objectives[0].metric, mode=spec.objectives[0].mode)
+    bases = {name: _trial_base(recipe.model, name, size, overrides, max_epochs)
+             for name, recipe in _space_recipes(spec, path).items()}
+    loaded = load_train_config(next(iter(bases.values())))  # the layer counts the trials build
     model = loaded.model
     layers = {symbol: getattr(model, field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
-    space = Space(name, path, spec, base, layers)
+    baseline = None
+    if spec.baseline is not None:
+        baseline_recipe = _get_recipe(spec.baseline, path, "baseline")
+        baseline = _trial_base(baseline_recipe.model, spec.baseline, size, overrides, max_epochs)
+    space = Space(name, path, spec, bases, layers, baseline)
     _validate(space, path)
     return space
+
+
+def _get_recipe(name: str, path: Path, where: str):
+    try:
+        return recipes.get_recipe(str(name))
+    except (KeyError, ConfigError, UserError):
+        raise ConfigError(f"{path}: {where}: unknown recipe {name!r}; recipes: {', '.join(recipes.RECIPES)}") from None
+
+
+def _space_recipes(spec: SpaceFile, path: Path) -> dict[str, Any]:
+    """The recipes the space's trials start from: the choices of its ``recipe`` knob, else its
+    model's (or its top-level ``recipe``)."""
+    knob = spec.params.get(RECIPE_KNOB)
+    if knob is None:
+        if spec.model is None:
+            raise ConfigError(f"{path}: a space needs a model, or a categorical knob recipe that samples it")
+        name, recipe = recipes.recipe_for(spec.model, spec.recipe)
+        return {name: recipe}
+    if knob.type != "categorical" or knob.when:
+        raise ConfigError(f"{path}: params.{RECIPE_KNOB} must be categorical over recipe names, without when")
+    if spec.model is not None or spec.recipe is not None:
+        raise ConfigError(f"{path}: a space whose knob recipe samples the model sets no model or recipe")
+    return {str(name): _get_recipe(str(name), path, f"params.{RECIPE_KNOB}") for name in knob.choices}
+
+
+def _trial_base(model: str, recipe: str | None, size: str, overrides: Sequence[str], max_epochs: int | None) -> dict[str, Any]:
+    """A trial's base config: ``model`` and ``recipe`` at ``size`` (``training.config.resolve``,
+    as ``platform.train`` resolves), ``--set`` ``overrides`` and ``max_epochs``, without early
+    stopping (the scheduler decides: a trial that ends early was pruned)."""
+    base = resolve(model, size, recipe=recipe, overrides=overrides, max_epochs=max_epochs)
+    base["patience"] = None
+    _check_epoch_reports(load_train_config(base))  # a bad --set fails here
+    return base
 
 
 def _check_epoch_reports(config) -> None:
@@ -219,15 +332,17 @@ def _check_epoch_reports(config) -> None:
 
 def _validate(space: Space, path: Path) -> None:
     """Every knob and fixed key must be a real config key of the model, and configs must load."""
-    _, base_recipe = recipes.recipe_for(space.spec.model, space.spec.recipe)
     for point in space.spec.first_points:
+        if RECIPE_KNOB in space.spec.params:
+            continue  # the point's recipe is the trial's base: nothing of it is lost
+        _, base_recipe = recipes.recipe_for(space.spec.model, space.spec.recipe)
         recipe = recipes.get_recipe(str(point["recipe"])) if "recipe" in point else None
         for key, value in (recipe.settings.items() if recipe else ()):
             if key not in space.spec.params and base_recipe.settings.get(key, value) != value:
                 raise ConfigError(f"{path}: first point recipe {point['recipe']} sets {key}={value!r}, which is "
                                   f"not a knob of the space and differs from the space's base recipe "
                                   f"({base_recipe.settings[key]!r}); add a top-level recipe or make it a knob")
-    for point in space.first_points() + [space.sample(seed) for seed in range(3)]:
+    for point in space.first_points() + [space.sample(seed) for seed in range(6)]:
         unknown = set(point) - set(space.spec.params)
         if unknown:
             raise ConfigError(f"{path}: first point sets {sorted(unknown)}, which are not knobs of the space")

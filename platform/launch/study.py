@@ -1,21 +1,28 @@
-"""The sweep's Optuna study, kept: an RDB storage (``optuna.db``, SQLite) beside the sweep and
-on its MLflow parent run, with Optuna's own plots.
+"""The sweep's Optuna study, live: an RDB storage from the first trial (``optuna.db``, SQLite,
+beside the sweep by default; any SQLAlchemy URL with ``--study-storage``), Optuna's plots drawn
+from it at the end, and a copy on the sweep's MLflow parent run.
 
-The searcher (``searcher.make_searcher``) keeps its study in memory, and Ray saves and restores it
-with the experiment, so ``--resume`` continues the same study; at the end of every session the
-whole study (trials, their states, the intermediate values ASHA's rungs saw) is copied into
-``optuna.db`` under the sweep's name, which ``optuna-dashboard sqlite:///…/optuna.db`` (the
-``dashboard`` extra) opens, and Optuna's plots are drawn from it: parameter importances,
-intermediate values, optimisation history, slices and contours.
+The searcher (``searcher.make_searcher``) samples and tells through that storage, so
+``optuna-dashboard sqlite:///runs/SWEEP/optuna.db`` (the ``dashboard`` extra) shows the trials
+while the sweep runs, and ``--resume`` continues the same study.  Only Optuna's public API
+reads it here.
+
+Parameter importances need finished trials: they are fitted on the COMPLETE trials when there
+are at least ``MIN_COMPLETE``; otherwise on the metric every trial reported at the latest epoch
+that at least ``MIN_COMPLETE`` trials reached (the scheduler's rungs), and the plot's title
+says which.
 """
 
 from __future__ import annotations
 
 import tempfile
 import warnings
+from collections import Counter
 from pathlib import Path
 
 STUDY_FILE = "optuna.db"
+MIN_COMPLETE = 4  # trials an importance plot is fitted on, at least
+ONE_OBJECTIVE = ("intermediate_values", "optimization_history", "slice", "contour")  # not drawn for several
 
 # Optuna's matplotlib plots: file name → function name in optuna.visualization.matplotlib
 PLOTS = {
@@ -24,7 +31,57 @@ PLOTS = {
     "optimization_history": "plot_optimization_history",
     "slice": "plot_slice",
     "contour": "plot_contour",
+    "pareto_front": "plot_pareto_front",
 }
+
+
+def default_storage_url(sweep_path: str, name: str) -> str:
+    """The study's SQLite file: in the sweep's directory, or (for URI storage such as s3://)
+    ``runs/NAME/optuna.db`` under the current directory, on the driver's disk."""
+    directory = Path("runs") / name if "://" in sweep_path else Path(sweep_path)
+    return f"sqlite:///{directory.resolve() / STUDY_FILE}"
+
+
+def shown_url(url: str) -> str:
+    """The storage URL without its password (what a parent run's params and the console show)."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL, else None."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    return Path(parsed.database) if parsed.get_backend_name() == "sqlite" and parsed.database else None
+
+
+def open_storage(url: str):
+    """Optuna's RDB storage at ``url`` (a SQLite file's folder is made), or None for ''."""
+    if not url:
+        return None
+    import optuna
+
+    path = sqlite_file(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(url)
+
+
+def load_study(url: str, name: str):
+    """The sweep's study from its storage, or None where it has none (yet)."""
+    import optuna
+
+    if not url:
+        return None
+    path = sqlite_file(url)
+    if path is not None and not path.is_file():
+        return None
+    try:
+        return optuna.load_study(study_name=name, storage=url)
+    except KeyError:  # no such study in that storage
+        return None
 
 
 def save_study(study, name: str, directory: Path) -> Path:
@@ -45,9 +102,37 @@ def save_study(study, name: str, directory: Path) -> Path:
     return final
 
 
+def importance_study(study):
+    """(the study importances are fitted on, what it holds): the study itself when it has
+    ``MIN_COMPLETE`` COMPLETE trials; else a study of the metric every trial reported at the
+    latest epoch that ``MIN_COMPLETE`` trials reached (pruned ones included); (None, reason)
+    when neither has enough."""
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(study.directions) > 1:
+        return (study, f"{len(complete)} complete trials") if len(complete) >= MIN_COMPLETE else (None, "")
+    if len(complete) >= MIN_COMPLETE:
+        return study, f"{len(complete)} complete trials"
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    reached = Counter(step for trial in finished for step in trial.intermediate_values)
+    epochs = [step for step, count in reached.items() if count >= MIN_COMPLETE]
+    if not epochs:
+        return None, f"fewer than {MIN_COMPLETE} trials reached any epoch"
+    epoch = max(epochs)
+    derived = optuna.create_study(direction=study.direction)
+    for trial in finished:
+        if epoch in trial.intermediate_values:
+            derived.add_trial(create_trial(params=trial.params, distributions=trial.distributions,
+                                           value=trial.intermediate_values[epoch]))
+    return derived, f"the metric at epoch {epoch} of {reached[epoch]} trials (fewer than {MIN_COMPLETE} complete)"
+
+
 def study_plots(study, directory: Path) -> list[Path]:
     """Optuna's plots of ``study`` as PNGs in ``directory``; a plot Optuna refuses for this
-    study (too few trials or parameters) is left out rather than failing the sweep's end."""
+    study (too few trials or parameters, one objective for a Pareto front) is left out rather
+    than failing the sweep's end; importances only from enough trials (``importance_study``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -56,15 +141,25 @@ def study_plots(study, directory: Path) -> list[Path]:
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
+    several = len(study.directions) > 1
     for name, function in PLOTS.items():
+        if (name == "pareto_front" and not several) or (name in ONE_OBJECTIVE and several):
+            continue
+        source, note = (importance_study(study) if name == "param_importances" else (study, ""))
+        if source is None:
+            continue
+        kwargs = {"target": lambda t: t.values[0], "target_name": "objective 0"} if several and name == "param_importances" else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna marks its matplotlib backend experimental
             try:
-                drawn = getattr(optuna_plots, function)(study)
+                drawn = getattr(optuna_plots, function)(source, **kwargs)
             except (ValueError, RuntimeError, ZeroDivisionError):  # too few trials for this plot
                 plt.close("all")
                 continue
-        figure = (drawn.flat[0] if hasattr(drawn, "flat") else drawn).figure
+        axes = drawn.flat[0] if hasattr(drawn, "flat") else drawn
+        if note:
+            axes.set_title(f"{axes.get_title()}\nfrom {note}")
+        figure = axes.figure
         figure.set_size_inches(max(figure.get_size_inches()[0], 8), max(figure.get_size_inches()[1], 5))
         path = directory / f"{name}.png"
         figure.savefig(path, dpi=100, bbox_inches="tight")
@@ -73,15 +168,16 @@ def study_plots(study, directory: Path) -> list[Path]:
     return written
 
 
-def log_study(logger, study, name: str, sweep_path: str) -> Path | None:
-    """Save the study (in the sweep's directory when it is local) and log it and its plots to
-    the sweep's parent run under ``optuna/``; returns the local ``optuna.db`` (None for URI
-    storage, whose scratch copy is removed once logged)."""
+def log_study(logger, study, name: str, sweep_path: str, url: str = "") -> Path | None:
+    """Log the study (its live SQLite file when it is one, else a copy) and its plots to the
+    sweep's parent run under ``optuna/``; returns the local study file (None where only a
+    scratch copy was made, which is removed once logged)."""
+    live = sqlite_file(url) if url else None
     local = "://" not in sweep_path and Path(sweep_path).is_dir()
     with tempfile.TemporaryDirectory(prefix="sweep-study-") as scratch:
         directory = Path(sweep_path) if local else Path(scratch)
-        saved = save_study(study, name, directory)
+        saved = live if live is not None and live.is_file() else save_study(study, name, Path(scratch))
         logger.artifact(saved, "optuna")  # sent at once (the parent's logger does not queue)
         for path in study_plots(study, directory / "optuna_plots"):
             logger.artifact(path, "optuna")
-    return saved if local else None
+    return saved if live is not None else None

@@ -12,9 +12,8 @@ from platform import atomic
 from platform import config as config_io
 from platform.data import storage
 from platform.data.encode import DEMO_DIR
-from platform.launch.searcher import saved_state, study_of
-from platform.launch.study import log_study
-from platform.launch.sweep import Sweep, trial_run_tags
+from platform.launch.study import load_study, log_study
+from platform.launch.sweep import Sweep, trial_run_tags, trial_seed
 from platform.tracking import plots, runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.tables import format_table, to_csv
@@ -23,28 +22,57 @@ from platform.training.metrics import shown
 
 
 def trial_status(epochs: int, max_epochs: int, error: bool = False) -> str:
-    """A finished trial as the summary and the console name it: ERROR, PRUNED (ASHA stopped it
-    before ``max_epochs``; sweeps run without patience) or COMPLETE."""
+    """A finished trial as the summary and the console name it: ERROR, PRUNED (the scheduler or
+    the time budget stopped it before ``max_epochs``; sweeps run without patience) or COMPLETE."""
     return "ERROR" if error else ("PRUNED" if epochs < max_epochs else "COMPLETE")
 
 
 def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
-    """One row per trial: knobs, best metrics over its epochs, epochs run, status."""
+    """One row per trial: knobs (blank where its recipe has none), seed, the best of each
+    metric over its epochs, epochs run, status; with several objectives, ``pareto`` marks the
+    rows no other finished row dominates."""
     rows = []
+    base_seed = int(sweep.space.base.get("seed", 1))
+    objectives = sweep.space.objectives
     for result in results:
         frame = result.metrics_dataframe
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name
         epochs = int(metrics.get("training_iteration", 0))
         status = trial_status(epochs, sweep.max_epochs, error=result.error is not None)
-        row = {"trial": trial_id, **{k: result.config.get(k) for k in sweep.space.knobs}, "epochs": epochs, "status": status}
+        row = {"trial": trial_id, **{k: result.config.get(k) for k in sweep.space.knobs}}
+        if sweep.seeds_per_config > 1:
+            row["seed"] = trial_seed(base_seed, result.config)
+        row.update({"epochs": epochs, "status": status})
         for key in shown("best"):  # training.metrics.SHOWN
             if frame is not None and key in frame:
                 row[key] = float(frame[key].max())
+        for key, mode in objectives[1:]:
+            if frame is not None and key in frame:
+                row[key] = float(frame[key].max() if mode == "max" else frame[key].min())
         rows.append(row)
+    if len(objectives) > 1:
+        mark_pareto_front(rows, objectives)
     metric = sweep.space.spec.metric
     rows.sort(key=lambda r: -r.get(metric, float("-inf")) if sweep.space.spec.mode == "max" else r.get(metric, float("inf")))
     return rows
+
+
+def mark_pareto_front(rows: list[dict[str, Any]], objectives: list[tuple[str, str]]) -> None:
+    """``pareto: yes`` on each finished row that no other finished row dominates (as good in
+    every objective and better in one)."""
+    def sign(mode: str) -> float:
+        return 1.0 if mode == "max" else -1.0
+
+    scored = [r for r in rows if r["status"] in ("COMPLETE", "PRUNED") and all(k in r for k, _ in objectives)]
+    points = {id(r): [sign(mode) * r[key] for key, mode in objectives] for r in scored}
+
+    def dominated(row) -> bool:
+        mine = points[id(row)]
+        return any(all(a >= b for a, b in zip(points[id(o)], mine)) and points[id(o)] != mine for o in scored)
+
+    for row in rows:
+        row["pareto"] = "yes" if id(row) in points and not dominated(row) else ""
 
 
 def best_row(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
@@ -67,13 +95,19 @@ def no_trial_finished(rows: list[dict[str, Any]], results) -> str | None:
 def closing_lines(sweep: Sweep, rows: list[dict[str, Any]], plots: list[Path]) -> str:
     """What a user reads last: the best trial and the spread, the plot, where to compare the runs
     in MLflow, and the command that re-runs the best config."""
-    metric, model = sweep.space.spec.metric, sweep.space.spec.model
+    metric = sweep.space.spec.metric
     best = best_row(rows, metric)
+    model = sweep.space.model_of({k: best[k] for k in sweep.space.knobs if best.get(k) is not None}) if best else sweep.space.model
     scored = [row[metric] for row in rows if metric in row and row["status"] in ("COMPLETE", "PRUNED")]
     lines = []
     if best is not None:
         lines.append(f"best: trial {best['trial']} ({best['status'].lower()}), {metric} {best[metric]:.2f}; "
                      f"worst finished or pruned trial {min(scored) if sweep.space.spec.mode == 'max' else max(scored):.2f}")
+    front = [row for row in rows if row.get("pareto") == "yes"]
+    if front:
+        names = ", ".join(key for key, _ in sweep.space.objectives)
+        lines.append(f"Pareto front ({names}): " + "; ".join(
+            f"trial {row['trial']} " + " / ".join(f"{row[key]:.4g}" for key, _ in sweep.space.objectives) for row in front))
     for path in plots:
         lines.append(f"plot: {_relative(path)}")
     # MLflow 3.17's UI opens an experiment on its GenAI traces page whatever the experiment's
@@ -212,7 +246,7 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
         paths = plots.sweep_plots(rows, histories, sweep.space.knobs, sweep.space.spec.metric, workdir, log_knobs)
         for path in paths:
             logger.artifact(path, "plots")  # sent at once (this logger does not queue)
-    study = study_of(sweep.searcher) if sweep.searcher is not None else saved_state(sweep.path)[0]
+    study = load_study(sweep.study_storage, sweep.name)
     if study is not None:  # the Optuna study, for optuna-dashboard, and Optuna's own plots
-        log_study(logger, study, sweep.name, sweep.path)
+        log_study(logger, study, sweep.name, sweep.path, sweep.study_storage)
     return paths if local else []

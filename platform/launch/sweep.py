@@ -1,6 +1,7 @@
 """A Ray Tune sweep: every trial is a function trainable that runs ``launch.driver.run`` (its
-own ``TorchTrainer``, the Train V2 pattern) with its sampled knobs; the searcher and scheduler
-come from ``launch.searcher``; the sweep is an MLflow parent run with a child run per trial.
+own ``TorchTrainer``, the Train V2 pattern) with its sampled knobs and seed; the searcher and
+scheduler come from ``launch.searcher``, the live Optuna study's storage from ``launch.study``;
+the sweep is an MLflow parent run with a child run per trial.
 
 Knobs carry one name everywhere (``training.config.knob_name``): Optuna's and Tune's parameter
 names, the summary table's columns and the trials' MLflow params.
@@ -18,8 +19,9 @@ from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
 from platform.launch.driver import Job, run
-from platform.launch.searcher import make_scheduler, make_searcher, search_params
+from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
+from platform.launch.study import open_storage
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
 
@@ -34,6 +36,10 @@ class Sweep:
     job: Job  # every trial's, but for its run name and start time
     max_concurrent: int = 1
     parent_run_id: str = ""
+    settings: SearchSettings = dataclasses.field(default_factory=SearchSettings)
+    seeds_per_config: int = 1  # each sampled config trained with seeds seed, seed+1, ...
+    time_budget_s: float | None = None  # the search ends cleanly after this much wall time
+    study_storage: str = ""  # the live Optuna study's RDB URL
     searcher: Any = None  # this session's searcher, when it made it (not on --resume: Ray restores its own)
 
     @property
@@ -52,6 +58,14 @@ class Sweep:
 # ----------------------------------------------------------------------------- the trial
 
 
+SEED_INDEX = "__trial_index__"  # Ray's Repeater: which of a config's seeds a trial trains
+
+
+def trial_seed(base_seed: int, sampled: dict[str, Any]) -> int:
+    """The training seed of a trial: the config's, plus its index among a config's repeats."""
+    return base_seed + int(sampled.get(SEED_INDEX, 0))
+
+
 def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     """One Tune trial: resolve its config and train it with Ray Train (its own TorchTrainer)."""
     import ray.tune
@@ -60,9 +74,12 @@ def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     started_at = time.time()
     trial_id = ray.tune.get_context().get_trial_id()
     space = setup["space"]
-    config = load_train_config(space.trial_config(sampled))  # validated once, in the trial
+    knobs = {k: v for k, v in sampled.items() if k != SEED_INDEX}
+    data = space.trial_config(knobs)
+    data["seed"] = trial_seed(int(data.get("seed", 1)), sampled)
+    config = load_train_config(data)  # validated once, in the trial
     job = dataclasses.replace(setup["job"], run_name=f"{setup['sweep']}-{trial_id}", started_at=started_at)
-    tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name, "recipe": space.recipe}
+    tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name, "recipe": space.recipe_of(knobs)}
     run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[TuneReportCallback()],
         reuse=trial_run_tags(setup["parent_run_id"], trial_id))
 
@@ -130,14 +147,19 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
 def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):
     import ray.tune
 
-    scheduler = make_scheduler(sweep.max_epochs)
-    sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs, scheduler=scheduler)
+    objectives = sweep.space.objectives
+    single = len(objectives) == 1  # several: Tune has no one metric; the scheduler takes the first
+    scheduler = make_scheduler(sweep.settings, sweep.max_epochs,
+                               *((None, None) if single else objectives[0]))
+    sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs, scheduler=scheduler,
+                                   settings=sweep.settings, storage=open_storage(sweep.study_storage),
+                                   study_name=sweep.name, seeds_per_config=sweep.seeds_per_config)
     return ray.tune.Tuner(
         trainable,
         tune_config=ray.tune.TuneConfig(
-            metric=sweep.space.spec.metric, mode=sweep.space.spec.mode, num_samples=sweep.num_samples,
-            search_alg=sweep.searcher, scheduler=scheduler,
-            max_concurrent_trials=sweep.max_concurrent),
+            metric=objectives[0][0] if single else None, mode=objectives[0][1] if single else None,
+            num_samples=sweep.num_samples, search_alg=sweep.searcher, scheduler=scheduler,
+            max_concurrent_trials=sweep.max_concurrent, time_budget_s=sweep.time_budget_s),
         run_config=ray.tune.RunConfig(
             name=sweep.name, storage_path=str(sweep.job.storage_path), verbose=None if verbose else 0,
             callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id,
@@ -163,8 +185,11 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
     if run_id is not None:
         store.client(sweep.tracking_uri).update_run(run_id, status="RUNNING")
         return run_id
-    params = {"space": sweep.space.name, "model": sweep.space.spec.model, "num_samples": sweep.num_samples,
-              **search_params(sweep.seed, sweep.max_epochs), "metric": sweep.space.spec.metric,
+    params = {"space": sweep.space.name, "model": sweep.space.model, "num_samples": sweep.num_samples,
+              **sweep.settings.params(sweep.seed, sweep.max_epochs), "metric": sweep.space.spec.metric,
+              "objectives": ",".join(f"{m}:{d}" for m, d in sweep.space.objectives),
+              "seeds_per_config": sweep.seeds_per_config, "time_budget_s": sweep.time_budget_s,
+              "study_storage": sweep.study_storage,
               "workers_per_trial": sweep.job.workers, "gpus_per_worker": sweep.job.gpus_per_worker,
               "max_concurrent": sweep.max_concurrent, "git_commit": sweep.job.git_commit}
     space_text = sweep.space.path.read_text(encoding="utf-8")

@@ -122,6 +122,7 @@ class RayHooks:
         self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
         self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
         self.logger = HeldTime(lambda: RunLogger(tracking_uri, run_id)) if rank == 0 else None
+        self.num_parameters = 0.0  # set by wrap
         if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
             import platform as _platform
 
@@ -171,8 +172,9 @@ class RayHooks:
     def wrap(self, model):
         import ray.train.torch
 
+        self.num_parameters = float(sum(p.numel() for p in model.parameters()))  # in every report: an objective
         if self.logger is not None:
-            self.logger.metrics({"num_parameters": float(sum(p.numel() for p in model.parameters()))}, step=0)
+            self.logger.metrics({"num_parameters": self.num_parameters}, step=0)
 
         unused = getattr(model, "may_skip_parameters", False)  # see models.rnn.RecurrentTranslator
         return ray.train.torch.prepare_model(model, move_to_device=False, parallel_strategy="ddp",
@@ -185,15 +187,16 @@ class RayHooks:
         anything after it would be cut off (and was: no MLflow model for any complete trial)."""
         import ray.train
 
+        reported = {**metrics, "num_parameters": self.num_parameters}
         if self.rank != 0:
-            ray.train.report(metrics)
+            ray.train.report(reported)
             return
         self.history.append(metrics)
         self._log(metrics, state, evaluation, is_best)
         if final:
             self.finish()
         with temp_checkpoint(state) as directory:
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
+            ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
 
     def _log(self, metrics, state, evaluation, is_best) -> None:
         """A report in MLflow at its update (``step``); the train metrics that a progress entry

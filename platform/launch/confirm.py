@@ -1,0 +1,239 @@
+"""The confirmation stage of a sweep (``platform.tune --confirm K``): what a paper may report.
+
+A sweep's best dev score is one seed's, chosen among many: it overstates the config.  After the
+search, the K best distinct configs and the space's paper baseline (its ``baseline`` recipe) are
+trained again from scratch, each with ``--confirm-seeds`` seeds, to the full epoch budget
+(nothing stops them early), and each run's best checkpoint is decoded on the test split with
+its recipe's decoding (beam, length penalty), as ``platform.evaluate --run`` does.  The parent
+run then gets, per config, test BLEU and chrF as mean ± std over the seeds, and a paired test
+against the baseline (``tracking.significance``: paired bootstrap and approximate
+randomisation, sacrebleu) on the seeds' outputs concatenated (seed s of a config paired with
+seed s of the baseline, sentence by sentence), so the test sees the seed-to-seed variation too.
+
+The confirmation runs are one more Ray Tune experiment, ``SWEEP-confirm``, beside the sweep's:
+a grid over (config, seed), every run an MLflow child run of the sweep tagged ``stage=confirm``
+and ``confirm_of``; ``--resume`` restores it like the search (finished runs are kept, their
+test scores read back from MLflow).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from platform.launch.cluster import DRIVER_CPU
+from platform.launch.driver import run
+from platform.tracking import runs, store
+from platform.tracking.logger import RunLogger
+from platform.tracking.significance import logged_tokenizer, paired_tests, test_outputs
+from platform.tracking.tables import format_table, to_csv
+from platform.training.config import load_train_config
+
+STAGE = "confirm"
+TABLE = "confirmation.md"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A config to confirm: a trial's (its knobs) or the baseline recipe's."""
+
+    label: str  # "trial <id>" or "baseline <recipe>"
+    config: dict[str, Any]  # the full config data; its seed is set per run
+    knobs: dict[str, Any]
+    is_baseline: bool = False
+
+
+@dataclass
+class Confirmation:
+    rows: list[dict[str, Any]]
+    seeds: int
+    test_sentences: int
+    note: str = ""
+
+
+def candidates(sweep, rows: list[dict[str, Any]], k: int) -> list[Candidate]:
+    """The baseline (where the space names one) and the ``k`` best distinct configs among the
+    finished and pruned trials (``rows`` come best first)."""
+    chosen: list[Candidate] = []
+    seen: list[dict[str, Any]] = []
+    space = sweep.space
+    if space.baseline_config is not None:
+        chosen.append(Candidate(f"baseline {space.spec.baseline}", copy.deepcopy(space.baseline_config), {}, True))
+    for row in rows:
+        if row["status"] not in ("COMPLETE", "PRUNED") or space.spec.metric not in row:
+            continue
+        knobs = {key: row[key] for key in space.knobs if row.get(key) is not None}
+        if knobs in seen:
+            continue  # the same config with another seed (--seeds-per-config)
+        seen.append(knobs)
+        chosen.append(Candidate(f"trial {row['trial']}", space.trial_config(knobs), knobs))
+        if len(seen) == k:
+            break
+    return chosen
+
+
+def confirm_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
+    """One confirmation run: train the candidate with its seed (a fresh MLflow child run, or the
+    one a restarted trial left), then decode the test split with its best checkpoint and log
+    the scores and files to that run, once."""
+    import ray.tune
+
+    trial_id = ray.tune.get_context().get_trial_id()
+    entry = setup["entries"][config["entry"]]
+    candidate: Candidate = setup["candidates"][entry["index"]]
+    data = copy.deepcopy(candidate.config)
+    data["seed"] = int(entry["seed"])
+    config = load_train_config(data)
+    job = dataclasses.replace(setup["job"], run_name=f"{setup['sweep']}-confirm-{trial_id}", started_at=time.time())
+    tags = {"trial_id": trial_id, "sweep": setup["sweep"], "stage": STAGE, "confirm_of": candidate.label,
+            "recipe": setup["recipes"][entry["index"]]}
+    reuse = {"mlflow.parentRunId": setup["parent_run_id"], "trial_id": trial_id, "stage": STAGE}
+    run_id = runs.find_run(job.tracking_uri, job.experiment, reuse)
+    client = store.client(job.tracking_uri)
+    finished = run_id is not None and client.get_run(run_id).info.status == "FINISHED"
+    if not finished:
+        run_id = run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, reuse=reuse)
+    metrics = client.get_run(run_id).data.metrics
+    if "test_bleu" not in metrics:
+        metrics = score_on_test(job, run_id)
+    ray.tune.report({"test_bleu": metrics["test_bleu"], "test_chrf": metrics["test_chrf"], "run_id": run_id})
+
+
+def score_on_test(job, run_id: str) -> dict[str, float]:
+    """Decode the dataset's test split with the run's best checkpoint (its recipe's decoding)
+    and log the metrics and output files to the run, as ``platform.evaluate --run`` does."""
+    from platform.data.dataset import read_examples
+    from platform.inference import Trained, log_test_results, write_outputs
+
+    trained = Trained.load(run_id=run_id, tracking_uri=job.tracking_uri)
+    result, references = trained.score_examples(read_examples(job.dataset.location, "test"))
+    with tempfile.TemporaryDirectory(prefix="nmt-confirm-") as scratch:
+        files = write_outputs(Path(scratch) / "test", result.hypotheses, references, trained.tgt_lang)
+        log_test_results(job.tracking_uri, run_id, result, files, "test")
+    return result.metrics
+
+
+def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resume: bool = False,
+                     verbose: bool = False) -> Confirmation:
+    """Train and test the candidates (``candidates``) with ``seeds`` seeds each, then log the
+    table on the sweep's parent run; returns it."""
+    import ray.tune
+
+    chosen = candidates(sweep, rows, k)
+    base_seed = int(sweep.space.base.get("seed", 1))
+    entries = [{"index": i, "seed": base_seed + s} for i in range(len(chosen)) for s in range(seeds)]
+    setup = {"candidates": chosen, "entries": entries, "job": sweep.job, "sweep": sweep.name, "parent_run_id": sweep.parent_run_id,
+             "recipes": [_recipe(sweep, c) for c in chosen]}
+    trainable = ray.tune.with_resources(ray.tune.with_parameters(confirm_trial, setup=setup), {"CPU": DRIVER_CPU})
+    path = f"{sweep.path}-{STAGE}"
+    if resume and ray.tune.Tuner.can_restore(path):
+        tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
+    else:
+        tuner = ray.tune.Tuner(
+            trainable, param_space={"entry": ray.tune.grid_search(list(range(len(entries))))},
+            tune_config=ray.tune.TuneConfig(num_samples=1, max_concurrent_trials=sweep.max_concurrent),
+            run_config=ray.tune.RunConfig(name=f"{sweep.name}-{STAGE}", storage_path=str(sweep.job.storage_path),
+                                          verbose=None if verbose else 0, callbacks=[_progress_callback(chosen, entries)]))
+    results = tuner.fit()
+    failed = [r for r in results if r.error is not None or not r.metrics or "run_id" not in r.metrics]
+    if failed:
+        raise RuntimeError(f"{len(failed)} confirmation run(s) failed; the first: {failed[0].error}")
+    scored = {(entries[r.config["entry"]]["index"], entries[r.config["entry"]]["seed"]): r.metrics["run_id"]
+              for r in results}
+    confirmation = confirmation_table(sweep, chosen, scored, seeds)
+    log_confirmation(sweep, confirmation)
+    return confirmation
+
+
+def _recipe(sweep, candidate: Candidate) -> str:
+    return sweep.space.spec.baseline if candidate.is_baseline else sweep.space.recipe_of(candidate.knobs)
+
+
+def _progress_callback(chosen: list[Candidate], entries: list[dict[str, int]]):
+    import ray.tune
+
+    class Progress(ray.tune.Callback):
+        def on_trial_complete(self, iteration, trials, trial, **info):
+            entry, result = entries[trial.config["entry"]], trial.last_result or {}
+            if "test_bleu" in result:
+                print(f"confirmed {chosen[entry['index']].label}, seed {entry['seed']}: test BLEU "
+                      f"{result['test_bleu']:.2f}, chrF {result['test_chrf']:.2f}", flush=True)
+
+    return Progress()
+
+
+def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, int], str], seeds: int) -> Confirmation:
+    """Per candidate: test BLEU and chrF mean ± std over its seeds, and the p-values of the
+    paired tests against the baseline on the seeds' concatenated outputs."""
+    client = store.client(sweep.tracking_uri)
+    rows, outputs = [], {}
+    with tempfile.TemporaryDirectory(prefix="nmt-confirm-") as scratch:
+        for index, candidate in enumerate(chosen):
+            run_ids = [scored[key] for key in sorted(scored) if key[0] == index]
+            metrics = [client.get_run(run_id).data.metrics for run_id in run_ids]
+            files = [test_outputs(client, run_id, Path(scratch)) for run_id in run_ids]
+            outputs[index] = ([line for f in files for line in f["tok.hyp"]], [line for f in files for line in f["tok.ref"]],
+                              [line for f in files for line in f["hyp"]], [line for f in files for line in f["ref"]])
+            row = {"config": candidate.label, "recipe": _recipe(sweep, candidate),
+                   **{key: candidate.knobs.get(key) for key in sweep.space.knobs}, "seeds": len(run_ids)}
+            for key in ("test_bleu", "test_chrf"):
+                values = [m[key] for m in metrics]
+                row[key] = f"{statistics.mean(values):.2f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.2f}"
+                row[f"{key}_mean"] = statistics.mean(values)
+            rows.append(row)
+        tokenizer = logged_tokenizer(client, scored[min(scored)])
+    note = _add_p_values(rows, chosen, outputs, tokenizer)
+    sentences = len(outputs[0][3]) // max(seeds, 1) if outputs else 0
+    return Confirmation(rows, seeds, sentences, note)
+
+
+def _add_p_values(rows, chosen, outputs, tokenizer: str) -> str:
+    """p (paired bootstrap and approximate randomisation; BLEU and chrF) of every candidate
+    against the baseline (the first candidate), on detokenized text as the runs' scores."""
+    if not chosen or not chosen[0].is_baseline:
+        return "no baseline: the space names no baseline recipe, so no significance test"
+    references = outputs[0][3]
+    named = [(row["config"], outputs[i][2]) for i, row in enumerate(rows)]
+    results = paired_tests(named, references, tokenizer)
+    for i, row in enumerate(rows):
+        for metric, column in (("BLEU", "bleu"), ("chrF2", "chrf")):
+            for test_type in ("bs", "ar"):
+                row[f"p {column} ({test_type})"] = "–" if i == 0 else f"{results[test_type][metric][i].p_value:.4f}"
+    return ""
+
+
+def shown_rows(confirmation: Confirmation) -> list[dict[str, Any]]:
+    """The table's rows without the helper means."""
+    return [{k: v for k, v in row.items() if not k.endswith("_mean")} for row in confirmation.rows]
+
+
+def confirmation_text(confirmation: Confirmation) -> str:
+    """The confirmation table as markdown, with what it measured."""
+    return (f"## Confirmation on test\n\nEach config trained {confirmation.seeds} times (seeds) to the full budget, "
+            f"its best checkpoint decoded on the {confirmation.test_sentences} test sentences with its recipe's "
+            f"decoding; BLEU and chrF (sacrebleu) as mean ± std over the seeds; p against the baseline: paired "
+            f"bootstrap (bs, 1000 resamples) and approximate randomisation (ar, 10000 trials) on the seeds' outputs "
+            f"concatenated.\n\n{format_table(shown_rows(confirmation))}\n"
+            + (f"\n{confirmation.note}\n" if confirmation.note else ""))
+
+
+def log_confirmation(sweep, confirmation: Confirmation) -> None:
+    """The table (markdown and CSV), each config's mean test scores and a tag on the parent run."""
+    logger = RunLogger(sweep.tracking_uri, sweep.parent_run_id, reopen=False)
+    logger.text(confirmation_text(confirmation), TABLE)
+    logger.text(to_csv(shown_rows(confirmation)), "confirmation.csv")
+    for rank, row in enumerate(confirmation.rows):
+        logger.metrics({f"confirm_{rank}_test_bleu_mean": row["test_bleu_mean"],
+                        f"confirm_{rank}_test_chrf_mean": row["test_chrf_mean"]}, step=0)
+    logger.tag("confirmation", TABLE)
+
+
+def confirmation_lines(confirmation: Confirmation) -> str:
+    """What the console shows after the sweep's own closing lines."""
+    return "\n" + confirmation_text(confirmation)
