@@ -52,8 +52,14 @@ def set_rank_variables() -> None:
 
 
 def join_process_group(backend: str, world_rank: int, world_size: int, address: str, port: int, timeout_s: int) -> None:
-    """This worker's part of the group: rank 0 serves the store on ``address`` alone."""
+    """This worker's part of the group: rank 0 serves the store on ``address`` alone.  NCCL
+    where the worker was given a GPU it can drive; gloo where it cannot (a node that declares
+    GPUs without CUDA, such as a test cluster's logical GPUs)."""
+    import torch
     import torch.distributed as dist
+
+    if backend == "nccl" and not torch.cuda.is_available():
+        backend = "gloo"
 
     interface = interface_of(address)
     if interface is not None:  # gloo's and NCCL's own sockets on the same interface

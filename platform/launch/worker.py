@@ -26,6 +26,7 @@ from platform.training.step import Diverged
 
 def train_loop_per_worker(loop: dict[str, Any]) -> None:
     """Ray Train entry point on every worker: build the context and hooks, then ``fit``."""
+    import ray
     import ray.train
     import ray.train.torch
     import torch
@@ -39,8 +40,11 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
     example = dataset.dev.texts["src_text"][0] if dataset.dev is not None else "a source sentence"
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example)
-    if hooks.logger is not None:  # what ``precision: auto`` chose on this device
+    if hooks.logger is not None:  # what ``precision: auto`` chose on this device, and which GPU Ray gave rank 0
         hooks.logger.tag("precision", chosen_precision(config.precision, ctx.device))
+        hooks.logger.tag("device", str(ctx.device))
+        hooks.logger.tag("gpu_ids", ",".join(str(i) for i in ray.get_gpu_ids()))
+        hooks.logger.tag("cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     system, node_logger = _system_metrics(hooks, loop)
     try:
         fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"), init=loop.get("init"))
