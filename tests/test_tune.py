@@ -87,6 +87,102 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert {c.data.params["git_commit"] for c in children} == {parents[0].data.params["git_commit"]} != {"unknown"}
 
 
+
+class StudyWatcher:
+    """Reads the sweep's Optuna storage from another thread while the sweep runs (what
+    ``optuna-dashboard`` does), through Optuna's public API only."""
+
+    def __init__(self, path, name: str):
+        import threading
+
+        self.path, self.name, self.seen, self.done = path, name, [], threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        import optuna
+
+        while not self.done.wait(0.5):
+            if not self.path.is_file():
+                continue
+            try:
+                study = optuna.load_study(study_name=self.name, storage=f"sqlite:///{self.path}")
+            except (KeyError, Exception):  # not created yet, or the file is being set up
+                continue
+            self.seen.append([t.state.name for t in study.trials])
+
+    def stop(self) -> list[list[str]]:
+        self.done.set()
+        self.thread.join(timeout=30)
+        return self.seen
+
+
+def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_baseline(ray_cluster, demo_dataset,
+                                                                                        tmp_path, capsys):
+    """--search random --scheduler none --confirm 1 on the papers space: trials of several
+    recipes with their own knobs, the live study read while the sweep runs, then the best
+    config and the baseline retrained with 3 seeds each, scored on test, and compared."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = sweep_args(demo_dataset, tmp_path, "--name", "p1", "--num-trials", "3", "--search", "random",
+                      "--scheduler", "none", "--confirm", "1", "--max-concurrent", "2",
+                      "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8",
+                      experiment="papers", space="papers")
+    watcher = StudyWatcher(tmp_path / "runs" / "p1" / "optuna.db", "p1")
+    try:
+        assert tune.main(args) == 0
+    finally:
+        seen = watcher.stop()
+    out = capsys.readouterr().out
+    # the study held its trials while the sweep ran (a trial still RUNNING), and every one at the end
+    assert any("RUNNING" in states for states in seen), seen[-5:]
+    import optuna
+
+    study = optuna.load_study(study_name="p1", storage=f"sqlite:///{tmp_path}/runs/p1/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3  # no scheduler: every trial ran to its end
+    client, runs = runs_of(uri, "papers")
+    parent = next(r for r in runs if r.data.tags.get("sweep_parent") == "p1")
+    assert parent.data.params["searcher"] == "optuna-random" and parent.data.params["scheduler"] == "none"
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") and r.data.tags.get("stage") != "confirm"]
+    confirms = [r for r in runs if r.data.tags.get("stage") == "confirm"]
+    # the papers space: the first points are DBSA (deguchi2019/enc+dec) and dep+rel, each with its own knobs
+    recipes = {r.data.tags["recipe"]: r for r in trials}
+    assert {"deguchi2019/enc+dec", "omote2019/dep+rel"} <= set(recipes)
+    assert recipes["deguchi2019/enc+dec"].data.params["model"] == "dbsa"
+    assert recipes["deguchi2019/enc+dec"].data.params["lambda_enc"] == "1.0"
+    assert recipes["omote2019/dep+rel"].data.params["model"] == "deprel" and recipes["omote2019/dep+rel"].data.params["k_clip"] == "2"
+    # the summary's knob columns stay blank where a trial's recipe has no such knob
+    import csv
+
+    summary = client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path))
+    rows = list(csv.DictReader(open(summary, encoding="utf-8")))
+    assert len(rows) == 3 and {"deguchi2019/enc+dec", "omote2019/dep+rel"} <= {row["recipe"] for row in rows}
+    for row in rows:
+        assert (row["lambda_enc"] != "") == (row["recipe"] == "deguchi2019/enc+dec"), row
+        assert (row["k_clip"] != "") == (row["recipe"] == "omote2019/dep+rel"), row
+    # confirmation: the baseline and the best config, 3 seeds each, nested under the sweep, scored on test
+    assert len(confirms) == 6 and {r.data.tags["mlflow.parentRunId"] for r in confirms} == {parent.info.run_id}
+    assert all(r.info.status == "FINISHED" and "test_bleu" in r.data.metrics for r in confirms)
+    by_config = {}
+    for r in confirms:
+        by_config.setdefault(r.data.tags["confirm_of"], set()).add(r.data.params["seed"])
+    assert by_config["baseline deguchi2019/baseline"] == {"1", "2", "3"} and len(by_config) == 2
+    assert all(seeds == {"1", "2", "3"} for seeds in by_config.values())
+    assert all(client.list_artifacts(r.info.run_id, "test") for r in confirms)  # the hypotheses, kept
+    table = client.download_artifacts(parent.info.run_id, "confirmation.md", str(tmp_path))
+    text = open(table, encoding="utf-8").read()
+    assert "| baseline deguchi2019/baseline | deguchi2019/baseline |" in text
+    best = next(c for c in by_config if c.startswith("trial "))
+    row = next(line for line in text.splitlines() if line.startswith(f"| {best} |"))
+    assert re.search(r"\| \d+\.\d\d ± \d+\.\d\d \|", row) and re.search(r"\| 0\.\d{4} \|", row)  # mean ± std, p
+    means = [r.data.metrics["test_bleu"] for r in confirms if r.data.tags["confirm_of"] == best]
+    assert f"{sum(means) / 3:.2f} ±" in row
+    assert "Confirmation on test" in out and best in out
+    # platform.report prints the table
+    from platform import report
+    assert report.main(["--experiment", "papers", "--out", str(tmp_path / "report"), "--tracking-uri", uri]) == 0
+    assert "Confirmation on test: sweep p1" in (tmp_path / "report" / "report.md").read_text()
+
+
 TWO_NODES = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})

@@ -29,6 +29,7 @@ from typing import Any
 
 from platform.launch.cluster import DRIVER_CPU
 from platform.launch.driver import run
+from platform.launch.spaces import RECIPE_KNOB
 from platform.tracking import runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.significance import logged_tokenizer, paired_tests, test_outputs
@@ -181,7 +182,8 @@ def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, i
             outputs[index] = ([line for f in files for line in f["tok.hyp"]], [line for f in files for line in f["tok.ref"]],
                               [line for f in files for line in f["hyp"]], [line for f in files for line in f["ref"]])
             row = {"config": candidate.label, "recipe": _recipe(sweep, candidate),
-                   **{key: candidate.knobs.get(key) for key in sweep.space.knobs}, "seeds": len(run_ids)}
+                   **{key: candidate.knobs.get(key) for key in sweep.space.knobs if key != RECIPE_KNOB},
+                   "seeds": len(run_ids)}
             for key in ("test_bleu", "test_chrf"):
                 values = [m[key] for m in metrics]
                 row[key] = f"{statistics.mean(values):.2f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.2f}"
