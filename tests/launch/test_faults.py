@@ -165,11 +165,35 @@ def optuna_trial_states(sweep_path: Path) -> list[str]:
     return [trial.state.name for trial in study.trials]
 
 
-def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path):
+GRID_SPACE = """\
+# a 2 x 2 grid of the baseline
+model: transformer
+params:
+  optim.lr: {type: categorical, choices: [1.0e-3, 2.0e-3]}
+  dropout: {type: float, low: 0.0, high: 0.3, grid: [0.0, 0.2]}
+"""
+
+# (scheduler, searcher, space, extra flags, configs sampled, trials per config): every choice once
+KILLED_DRIVERS = [
+    ("asha", "tpe", "dbsa", [], 3, 1),
+    ("hyperband", "grid", "grid", [], 3, 1),
+    ("median", "cmaes", "dbsa", [], 3, 1),
+    ("none", "random", "dbsa", ["--seeds-per-config", "2"], 2, 2),
+]
+
+
+@pytest.mark.parametrize("scheduler,searcher,space,extra,configs,seeds", KILLED_DRIVERS,
+                         ids=[f"{s}-{t}" for s, t, *_ in KILLED_DRIVERS])
+def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path, scheduler,
+                                                                        searcher, space, extra, configs, seeds):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     address = ray_cluster.get_runtime_context().gcs_address
-    args = sweep_args(demo_dataset, tmp_path, "--name", "k1", "--num-samples", "3", "--max-epochs", "3",
-                      "--max-concurrent", "2", experiment="kill-driver")
+    if space == "grid":
+        space = str(tmp_path / "grid.yaml")
+        (tmp_path / "grid.yaml").write_text(GRID_SPACE)
+    args = sweep_args(demo_dataset, tmp_path, "--name", "k1", "--num-trials", str(configs), "--max-epochs", "3",
+                      "--max-concurrent", "2", "--scheduler", scheduler, "--search", searcher, *extra,
+                      experiment="kill-driver", space=space)
     env = {**os.environ, "RAY_ADDRESS": ""}
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address", address], cwd=ROOT,
@@ -195,16 +219,27 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     parents = [r for r in runs if r.data.tags.get("sweep_parent") == "k1"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.params["scheduler"] == scheduler and parents[0].data.params["searcher"] == f"optuna-{searcher}"
     trial_ids = [c.data.tags["trial_id"] for c in children]
-    assert len(children) == 3 and len(set(trial_ids)) == 3  # one run per trial, none duplicated by the resume
+    assert len(children) == configs * seeds and len(set(trial_ids)) == len(children)  # none duplicated by the resume
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
     assert all(c.info.status == "FINISHED" for c in children), [(c.data.tags["trial_id"], c.info.status) for c in children]
-    states = optuna_trial_states(tmp_path / "runs" / "k1")
-    assert len(states) == 3 and set(states) <= {"COMPLETE", "PRUNED"}  # the study kept its history
-    import optuna  # and the saved copy is the whole study, trials of both sessions
+    if seeds > 1:  # each sampled config trained with seeds 1 and 2
+        by_config = {}
+        for c in children:
+            by_config.setdefault((c.data.params["optim.lr"], c.data.params["dropout"]), []).append(c.data.params["seed"])
+        assert sorted(sorted(s) for s in by_config.values()) == [["1", "2"]] * configs
+    if searcher == "grid":  # distinct points of the grid
+        points = {(c.data.params["optim.lr"], c.data.params["dropout"]) for c in children}
+        assert len(points) == configs and points <= {(lr, d) for lr in ("0.001", "0.002") for d in ("0.0", "0.2")}
+    # the live study kept its history across the kill: every config once, each with its final state
+    import optuna
 
     saved = optuna.load_study(study_name="k1", storage=f"sqlite:///{tmp_path}/runs/k1/optuna.db")
-    assert [t.state.name for t in saved.trials] == states
+    states = [t.state.name for t in saved.trials]
+    assert len(states) == configs and set(states) <= {"COMPLETE", "PRUNED"}, states
+    if scheduler == "none":
+        assert set(states) == {"COMPLETE"}
 
 
 def saved_rungs(sweep_path: Path) -> dict[int, set[str]]:
