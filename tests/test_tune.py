@@ -234,3 +234,42 @@ def test_a_sweep_in_which_every_trial_failed_exits_non_zero_without_a_best_confi
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     parent = client.search_runs([client.get_experiment_by_name("sweep").experiment_id], "tags.sweep_parent = 'all-fail'")[0]
     assert parent.info.status == "FAILED" and "best_config.yaml" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
+
+
+GPU_PACKING = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    import ray
+    from ray.cluster_utils import Cluster
+    # one logical GPU (no CUDA here): Ray's accounting is what packs trials onto it
+    cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 10, "num_gpus": 1, "dashboard_port": {port}}})
+    ray.init(address=cluster.address, runtime_env={{"working_dir": {root!r}, "excludes": [".git", "data", "runs", "*.db"]}})
+    from platform import tune
+    code = tune.main(["--space", "dbsa", "--smoke", "--data", {data!r}, "--experiment", "gpu-packing",
+                      "--tracking-uri", "sqlite:///{tmp}/mlflow.db", "--storage-path", "{tmp}/runs",
+                      "--num-trials", "5", "--max-concurrent", "5", "--gpus-per-worker", "0.25",
+                      "--search", "random", "--scheduler", "none", "--max-epochs", "1",
+                      "--set", "eval.max_sentences=8"])
+    ray.shutdown()
+    cluster.shutdown()
+    sys.exit(code)
+""")
+
+
+def test_four_trials_share_one_gpu_at_a_quarter_each_and_a_fifth_waits(own_cluster, demo_dataset, tmp_path):
+    script = tmp_path / "gpu_packing.py"
+    script.write_text(GPU_PACKING.format(root=str(ROOT), data=str(demo_dataset), tmp=str(tmp_path), port=free_port()))
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "up to 4 at once" in result.stdout and "0.25 GPU per worker" in result.stdout  # what fits on one GPU
+    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "gpu-packing")
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(trials) == 5 and all(r.info.status == "FINISHED" for r in trials)
+    # each rank 0 saw the GPU Ray assigned it (the only one, id 0) and trained on what it could drive
+    assert {(r.data.tags["gpu_ids"], r.data.tags["cuda_visible_devices"]) for r in trials} == {("0", "0")}
+    assert {r.data.params["gpus_per_worker"] for r in trials} == {"0.25"}
+    spans = sorted((r.info.start_time, r.info.end_time) for r in trials)
+    at_once = max(sum(start <= moment < end for start, end in spans) for moment, _ in spans)
+    assert at_once == 4  # four trials on the one GPU at once
+    assert spans[4][0] >= min(end for _, end in spans[:4])  # the fifth started once one of them had ended

@@ -24,6 +24,16 @@ from platform.training.loop import UPDATE_METRICS, fit, temp_checkpoint
 from platform.training.step import Diverged
 
 
+def assigned_device():
+    """The device Ray Train assigned this worker; the CPU where it assigned a GPU that torch
+    cannot drive (a node that declares GPUs without CUDA, such as a test cluster's logical GPU)."""
+    import ray.train.torch
+    import torch
+
+    device = ray.train.torch.get_device()
+    return torch.device("cpu") if device.type == "cuda" and not torch.cuda.is_available() else device
+
+
 def train_loop_per_worker(loop: dict[str, Any]) -> None:
     """Ray Train entry point on every worker: build the context and hooks, then ``fit``."""
     import ray
@@ -35,7 +45,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     _quiet_report_dumps()
     threads = max(1, min(int(loop["cpus_per_worker"]), os.cpu_count() or 1))
     torch.set_num_threads(threads)  # Ray pins 1 thread otherwise
-    ctx = Context.from_torch_distributed(ray.train.torch.get_device())
+    ctx = Context.from_torch_distributed(assigned_device())
     location = loop["dataset"].location  # a DatasetRef
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
     example = dataset.dev.texts["src_text"][0] if dataset.dev is not None else "a source sentence"

@@ -193,6 +193,7 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
         (tmp_path / "grid.yaml").write_text(GRID_SPACE)
     args = sweep_args(demo_dataset, tmp_path, "--name", "k1", "--num-trials", str(configs), "--max-epochs", "3",
                       "--max-concurrent", "2", "--scheduler", scheduler, "--search", searcher, *extra,
+                      "--set", "eval.max_sentences=8",
                       experiment="kill-driver", space=space)
     env = {**os.environ, "RAY_ADDRESS": ""}
     log = open(tmp_path / "driver.log", "w")
