@@ -183,6 +183,39 @@ def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_
     assert "Confirmation on test: sweep p1" in (tmp_path / "report" / "report.md").read_text()
 
 
+
+def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its_pareto_front(ray_cluster, demo_dataset,
+                                                                                               tmp_path, capsys):
+    import csv
+    import time
+
+    import optuna
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = sweep_args(demo_dataset, tmp_path, "--name", "b1", "--num-trials", "6", "--max-epochs", "500",
+                      "--time-budget", "40s", "--max-concurrent", "2", "--search", "random", "--scheduler", "none",
+                      "--objective", "dev_bleu:max", "--objective", "num_parameters:min",
+                      "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8", experiment="budget")
+    began = time.time()
+    assert tune.main(args) == 0
+    assert time.time() - began < 40 + 90  # the budget, start-up and the summary; 500 epochs would take far longer
+    out = capsys.readouterr().out
+    assert "time budget of 40 s reached" in out and "Pareto front (dev_bleu, num_parameters): trial " in out
+    client, runs = runs_of(uri, "budget")
+    parent = next(r for r in runs if r.data.tags.get("sweep_parent") == "b1")
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert parent.info.status == "FINISHED" and parent.data.params["objectives"] == "dev_bleu:max,num_parameters:min"
+    assert trials and all(r.info.status == "FINISHED" and r.data.tags.get("stopped") == "time budget"
+                          and "error" not in r.data.tags for r in trials), [(r.info.status, r.data.tags) for r in trials]
+    study = optuna.load_study(study_name="b1", storage=f"sqlite:///{tmp_path}/runs/b1/optuna.db")
+    assert len(study.directions) == 2 and {t.state.name for t in study.trials} == {"PRUNED"}  # none left RUNNING
+    summary = client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path))
+    rows = list(csv.DictReader(open(summary, encoding="utf-8")))
+    assert len(rows) == len(trials) and any(row["pareto"] == "yes" for row in rows)
+    assert all(float(row["num_parameters"]) > 0 for row in rows)
+    assert "optuna/pareto_front.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
+
+
 TWO_NODES = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})

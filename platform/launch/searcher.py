@@ -48,6 +48,7 @@ class SearchSettings:
     grace_period: int = 1  # epochs every trial runs before the scheduler may stop it
     reduction_factor: int = 2  # ASHA / HyperBand: 1 in this many trials goes on at each rung
     min_samples: int = 3  # the median rule: trials that must have reached an epoch to compare with
+    max_epochs: int | None = None  # the most epochs a trial trains (the scheduler's max_t); --max-epochs wins
 
     def __post_init__(self) -> None:
         if self.grace_period < 1:
@@ -56,6 +57,8 @@ class SearchSettings:
             raise ValueError("reduction_factor must be at least 2")
         if self.min_samples < 1:
             raise ValueError("min_samples must be at least 1")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ValueError("max_epochs must be at least 1")
 
     def params(self, seed: int, max_epochs: int) -> dict[str, Any]:
         """How the sweep searched, as its parent run's params."""

@@ -270,6 +270,8 @@ def load_space(name: str, size: str = "sweep", overrides: Sequence[str] = (), ma
     raw = {**raw, "params": {key: config_io.from_dict(Distribution, spec, where=f"{path}: params.{key}")
                              for key, spec in params.items()}}
     spec = config_io.from_dict(SpaceFile, raw, where=str(path))
+    if max_epochs is None:
+        max_epochs = spec.search.max_epochs
     if spec.objectives:  # the first objective is the sweep's metric (the scheduler's, the summary's order)
         spec = dataclasses.replace(spec, metric=spec.objectives[0].metric, mode=spec.objectives[0].mode)
     bases = {name: _trial_base(recipe.model, name, size, overrides, max_epochs)

@@ -35,6 +35,8 @@ def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
     base_seed = int(sweep.space.base.get("seed", 1))
     objectives = sweep.space.objectives
     for result in results:
+        if result.config is None:  # never started: the time budget ran out first
+            continue
         frame = result.metrics_dataframe
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name
@@ -103,6 +105,9 @@ def closing_lines(sweep: Sweep, rows: list[dict[str, Any]], plots: list[Path]) -
     if best is not None:
         lines.append(f"best: trial {best['trial']} ({best['status'].lower()}), {metric} {best[metric]:.2f}; "
                      f"worst finished or pruned trial {min(scored) if sweep.space.spec.mode == 'max' else max(scored):.2f}")
+    if sweep.time_budget_s and len(rows) < sweep.num_samples:
+        lines.append(f"time budget of {sweep.time_budget_s:g} s reached: {len(rows)} of {sweep.num_samples} trials started; "
+                     "the running ones were stopped there (pruned), the rest never started")
     front = [row for row in rows if row.get("pareto") == "yes"]
     if front:
         names = ", ".join(key for key, _ in sweep.space.objectives)

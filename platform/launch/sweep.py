@@ -21,7 +21,7 @@ from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
-from platform.launch.study import open_storage
+from platform.launch.study import load_study, open_storage
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
 
@@ -140,8 +140,38 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
         raise UserError(f"nothing to resume at {sweep.path}")
     release_orphaned_groups()  # what an interrupted sweep's teardown left reserved (a trial slot each)
     if resume:  # Tune restores the searcher (with ASHA's rungs) and the callbacks it saved
-        return ray.tune.Tuner.restore(str(sweep.path), trainable=trainable, resume_errored=True).fit()
-    return _new_tuner(sweep, trainable, callbacks, verbose).fit()
+        results = ray.tune.Tuner.restore(str(sweep.path), trainable=trainable, resume_errored=True).fit()
+    else:
+        results = _new_tuner(sweep, trainable, callbacks, verbose).fit()
+    end_stopped_trials(sweep, results)
+    return results
+
+
+def end_stopped_trials(sweep: Sweep, results) -> None:
+    """Trials the time budget stopped: Tune ends the experiment without telling the searcher or
+    the callbacks, so their MLflow runs would stay RUNNING (or be FAILED by the interrupted
+    trial process) and their Optuna trials RUNNING.  Closed here: the runs FINISHED with
+    ``pruned=true`` and ``stopped=time budget``, the study's running trials PRUNED (what they
+    reported each epoch kept)."""
+    import optuna
+
+    for result in results:
+        trial_id = (result.metrics or {}).get("trial_id")
+        if result.config is None or trial_id is None or result.error is not None:
+            continue  # never started, or failed (closed as FAILED already)
+        run_id = runs.find_run(sweep.tracking_uri, sweep.experiment, trial_run_tags(sweep.parent_run_id, trial_id))
+        client = store.client(sweep.tracking_uri)
+        run = client.get_run(run_id) if run_id is not None else None
+        if run is not None and run.info.status != "FINISHED":  # RUNNING, or FAILED by its torn-down process
+            if "error" in run.data.tags:
+                client.delete_tag(run_id, "error")
+            client.set_tag(run_id, "pruned", "true")
+            client.set_tag(run_id, "stopped", "time budget")
+            runs.end_run(sweep.tracking_uri, run_id)
+    study = load_study(sweep.study_storage, sweep.name)
+    if study is not None:
+        for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            study.tell(trial.number, state=optuna.trial.TrialState.PRUNED)
 
 
 def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):

@@ -160,3 +160,16 @@ def test_seed_repeats_keep_their_groups_across_a_save_and_restore(tmp_path):
 
     trials = study_of(resumed).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] and trials[0].value == 15.0  # Optuna got the mean
+
+
+def test_the_space_files_search_section_sets_the_search_and_the_epoch_limit(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("model: transformer\nsearch: {searcher: random, scheduler: median, grace_period: 2, max_epochs: 7}\n"
+                    "params:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n")
+    space = load_space(str(path), "smoke")
+    assert space.spec.search == SearchSettings(searcher="random", scheduler="median", grace_period=2, max_epochs=7)
+    assert space.base["max_epochs"] == 7
+    assert load_space(str(path), "smoke", max_epochs=3).base["max_epochs"] == 3  # --max-epochs wins
+    path.write_text("model: transformer\nsearch: {searcher: annealing}\nparams:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n")
+    with pytest.raises(ConfigError, match="searcher"):
+        load_space(str(path), "smoke")
