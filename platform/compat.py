@@ -18,6 +18,8 @@ newer release moved, instead of failing somewhere in the middle of a sweep.
 
 For the tests only (they hold no private API of their own either):
 
+- ``ray.autoscaler._private.aws.config.bootstrap_aws``: ``ray up``'s AWS bootstrap of ``ray_cluster.yaml``
+  (against a stand-in server).
 - ``ray.autoscaler._private.util.prepare_config``/``validate_config``: ``ray_cluster.yaml``
   against the schema ``ray up`` applies.
 - ``ray._private.thirdparty.pathspec.PathSpec``: how Ray matches upload excludes.
@@ -112,6 +114,19 @@ def validate_cluster_config(config: dict) -> None:
     from ray.autoscaler._private.util import prepare_config, validate_config
 
     validate_config(prepare_config(config))
+
+
+def bootstrap_aws_cluster(config: dict) -> dict:
+    """What ``ray up`` does with a cluster config before it launches anything on AWS: Ray's
+    validation, then its AWS bootstrap (the head's IAM role and instance profile, the key pair,
+    subnets, the security group, the image), against whatever endpoint boto3 is given
+    (``AWS_ENDPOINT_URL``).  Returns the bootstrapped config."""
+    from ray.autoscaler._private.aws.config import bootstrap_aws
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    prepared = prepare_config(config)
+    validate_config(prepared)
+    return bootstrap_aws(prepared)
 
 
 def ray_path_spec(patterns: list[str]):
