@@ -169,8 +169,12 @@ class MlflowServer:
     The first start lets the server choose its port (``--port 0``; no probe-then-bind race) and
     reads it from uvicorn's "running on" line; a restart takes the same port back."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, artifact_root: str | None = None, env: dict[str, str] | None = None):
+        """``artifact_root``: an object store (``s3://...``) that clients upload to themselves
+        (``--default-artifact-root ... --no-serve-artifacts``, as on ``ray_cluster.yaml``'s head);
+        default: a directory the server proxies."""
         self.directory, self.port, self.process = directory, 0, None
+        self.artifact_root, self.env = artifact_root, env
 
     @property
     def uri(self) -> str:
@@ -180,9 +184,10 @@ class MlflowServer:
         log = self.directory / f"server-{time.time_ns()}.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.directory}/mlflow.db",
-             "--artifacts-destination", str(self.directory / "artifacts"), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True)
+             "--backend-store-uri", f"sqlite:///{self.directory}/mlflow.db", "--workers", "1",
+             *(["--default-artifact-root", self.artifact_root, "--no-serve-artifacts"] if self.artifact_root else
+               ["--artifacts-destination", str(self.directory / "artifacts")])],
+            stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True, env=self.env)
         import urllib.request
 
         deadline = time.time() + 180

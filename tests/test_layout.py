@@ -40,7 +40,9 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     commands = " ".join(config["head_start_ray_commands"])
     assert "mlflow server" in commands and "--host 127.0.0.1" in commands and "--dashboard-host=127.0.0.1" in commands
     assert "0.0.0.0" not in (ROOT / "ray_cluster.yaml").read_text()  # nothing listens on all interfaces
-    assert "--backend-store-uri sqlite:///" in commands and '--artifacts-destination "$MLFLOW_ARTIFACTS"' in commands
+    assert "--backend-store-uri sqlite:///" in commands
+    # artifacts straight to S3 from every node: the server hands out s3:// locations, proxies no bytes
+    assert '--default-artifact-root "$MLFLOW_ARTIFACTS" --no-serve-artifacts' in commands
     assert config["file_mounts"] == {"~/syntax-nmt": "."}
     node_types = config["available_node_types"]
     assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g") and node_types["gpu_worker"]["min_workers"] == 0

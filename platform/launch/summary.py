@@ -240,6 +240,9 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
             runs.link_models(sweep.tracking_uri, best_run, sweep.parent_run_id)
     if shares:
         logger.metrics(shares, step=0)
+    carried = store.relay_carried_bytes(sweep.tracking_uri)  # files that crossed to the head as bytes
+    if carried is not None:
+        logger.metrics({"relay_artifact_bytes": float(carried)}, step=0)
     histories = {}
     for result in results:
         frame = result.metrics_dataframe

@@ -30,3 +30,26 @@ def files_of(directory: Path) -> dict[str, bytes]:
     """A saved directory (an MLflow model) as relative path → bytes (what crosses to the relay)."""
     return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
             if path.is_file() and "__pycache__" not in path.parts}
+
+
+# Artifact stores every node writes to with its own credentials (the workers' role on S3): a
+# relayed run's files go there straight from the node that made them, never through the relay.
+DIRECT_SCHEMES = ("s3", "gs", "wasbs", "abfss")
+
+
+def is_direct(artifact_uri: str) -> bool:
+    """Whether ``artifact_uri`` is an object store that any node writes to itself (not the
+    tracking server's proxy, ``mlflow-artifacts:``, and not a file on the head's disk)."""
+    return artifact_uri.split(":", 1)[0].lower() in DIRECT_SCHEMES
+
+
+def upload_direct(artifact_uri: str, local_path: Path, artifact_path: str | None = None) -> None:
+    """Upload a file, or a directory's files, to ``artifact_uri`` (a run's or a logged model's
+    artifact location) from this node, with MLflow's own artifact repository for that store."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    repository = get_artifact_repository(artifact_uri)
+    if Path(local_path).is_dir():
+        repository.log_artifacts(str(local_path), artifact_path)
+    else:
+        repository.log_artifact(str(local_path), artifact_path)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.errors import UserError
-from platform.tracking.artifacts import files_of, upload_bytes, upload_model_files
+from platform.tracking.artifacts import files_of, is_direct, upload_bytes, upload_direct, upload_model_files
 
 
 def default_tracking_uri() -> str:
@@ -178,6 +178,7 @@ class MlflowRelay:
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.tracking_uri = tracking_uri
         self._guard, self._run_locks = threading.Lock(), {}
+        self.carried = 0  # artifact bytes that crossed to this actor (none where the store is direct)
 
     def call(self, method: str, *args, **kwargs):
         """One MlflowClient call; calls about one run (its id first) run one at a time, in the
@@ -199,9 +200,17 @@ class MlflowRelay:
     def log_artifact_bytes(self, run_id: str, name: str, data: bytes, directory: str | None) -> None:
         with self._run_lock(run_id):
             upload_bytes(self.client, run_id, name, data, directory)
+        with self._guard:
+            self.carried += len(data)
 
     def log_model_files(self, model_id: str, files: dict[str, bytes]) -> None:
         upload_model_files(self.client, model_id, files)
+        with self._guard:
+            self.carried += sum(len(data) for data in files.values())
+
+    def carried_bytes(self) -> int:
+        """The artifact bytes relayed so far (a sweep logs it as ``relay_artifact_bytes``)."""
+        return self.carried
 
     def run(self, function: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """``on_client`` here: ``function(client, *args, **kwargs)``, one run's calls in order
@@ -216,23 +225,37 @@ def _run_of(args: tuple, kwargs: dict) -> str | None:
 
 
 class RelayClient:
-    """MlflowClient's methods, executed by the relay; artifact files travel as bytes."""
+    """MlflowClient's methods, executed by the relay.  Artifact files go straight from this node
+    to the artifact store where it is one every node writes to (S3 with the node's role: the
+    relay only tells where), else they travel to the relay as bytes."""
 
     def __init__(self, actor):
         self.actor = actor
+        self.locations: dict[str, str] = {}  # run or model id → its artifact location
 
     def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
         import ray
 
+        location = self._location(run_id, lambda: self.get_run(run_id).info.artifact_uri)
+        if is_direct(location):
+            return upload_direct(location, Path(local_path), artifact_path)
         data = Path(local_path).read_bytes()
         ray.get(self.actor.log_artifact_bytes.remote(run_id, Path(local_path).name, data, artifact_path))
 
     def log_model_artifacts(self, model_id: str, local_dir: str, artifact_path: str | None = None) -> None:
         import ray
 
+        location = self._location(model_id, lambda: self.get_logged_model(model_id).artifact_location)
+        if is_direct(location):
+            return upload_direct(location, Path(local_dir), artifact_path)
         prefix = Path(artifact_path) if artifact_path else Path()
         files = {str(prefix / name): data for name, data in files_of(Path(local_dir)).items()}
         ray.get(self.actor.log_model_files.remote(model_id, files))
+
+    def _location(self, key: str, ask) -> str:
+        if key not in self.locations:
+            self.locations[key] = ask()
+        return self.locations[key]
 
     def down(self) -> str | None:
         import ray
@@ -248,6 +271,16 @@ class RelayClient:
         import ray
 
         return lambda *args, **kwargs: ray.get(self.actor.call.remote(method, *args, **kwargs))
+
+
+def relay_carried_bytes(tracking_uri: str) -> int | None:
+    """The artifact bytes the relay of ``tracking_uri`` carried, or None where there is none."""
+    relay = _find_relay(tracking_uri)
+    if relay is None:
+        return None
+    import ray
+
+    return int(ray.get(relay.carried_bytes.remote()))
 
 
 def _unreachable(url: str, timeout: float) -> str | None:

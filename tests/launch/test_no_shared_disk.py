@@ -285,3 +285,47 @@ def test_an_mlflow_outage_while_the_other_node_trains_loses_nothing_and_holds_no
         assert result.returncode == 0, result.stderr[-4000:]
         run = outage.checked_run()
     assert run.data.tags["node_id"] == hidden.worker  # rank 0 logged through the relay from the other node
+
+
+def test_a_sweep_on_s3_keeps_its_files_in_the_bucket_and_no_artifact_byte_crosses_to_the_head(cluster, tmp_path):
+    """The ``ray_cluster.yaml`` layout with S3 (moto) as the storage and MLflow's artifact store
+    (``--default-artifact-root s3://... --no-serve-artifacts``): Ray Train's checkpoints, the
+    trials' MLflow files and their models land in the bucket, uploaded by the worker node itself;
+    the relay on the head carries their metadata only (its byte count is logged on the sweep)."""
+    import pyarrow.fs
+
+    from conftest import MlflowServer
+
+    hidden, s3 = cluster["cluster"], cluster["s3"]
+    (tmp_path / "mlflow").mkdir()
+    server = MlflowServer(tmp_path / "mlflow", artifact_root=f"s3://{BUCKET}/mlflow", env=cluster["env"])
+    server.start()
+    try:
+        result = cli(cluster, "tune", "--space", "dbsa", "--smoke", "--num-trials", "2", "--address", hidden.address,
+                     "--name", "direct", "--storage-path", f"s3://{BUCKET}/sweeps", "--tracking-uri", server.uri,
+                     "--experiment", "direct", cwd=tmp_path, timeout=900)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        client, found = runs_of(server.uri, "direct")
+    finally:
+        server.stop()
+    parent = next(r for r in found if r.data.tags.get("sweep_parent") == "direct")
+    trials = [r for r in found if r.data.tags.get("mlflow.parentRunId")]
+    assert len(trials) == 2 and {r.data.tags["node_id"] for r in trials} == {hidden.worker}
+    assert parent.data.metrics["relay_artifact_bytes"] == 0  # no file crossed to the head as bytes
+    fs = pyarrow.fs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing", secret_key="testing",
+                                 region="us-east-1")
+
+    def files(prefix: str) -> list[str]:
+        return [i.path for i in fs.get_file_info(pyarrow.fs.FileSelector(prefix, recursive=True, allow_not_found=True))]
+
+    checkpoints = files(f"{BUCKET}/sweeps")
+    for trial in trials:
+        assert trial.info.artifact_uri.startswith(f"s3://{BUCKET}/mlflow/")
+        logged = files(trial.info.artifact_uri[len("s3://"):])
+        assert any(name.endswith("best/checkpoint.pt") for name in logged), logged
+        assert any(name.endswith("config.yaml") for name in logged)
+        assert any(f"direct-{trial.data.tags['trial_id']}" in name and name.endswith("checkpoint.pt") for name in checkpoints)
+        (model,) = [o.model_id for o in trial.outputs.model_outputs]
+        location = client.get_logged_model(model).artifact_location
+        assert location.startswith(f"s3://{BUCKET}/mlflow/") and any(
+            name.endswith("MLmodel") for name in files(location[len("s3://"):]))
