@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -169,12 +171,15 @@ class MlflowServer:
     The first start lets the server choose its port (``--port 0``; no probe-then-bind race) and
     reads it from uvicorn's "running on" line; a restart takes the same port back."""
 
-    def __init__(self, directory: Path, artifact_root: str | None = None, env: dict[str, str] | None = None):
+    def __init__(self, directory: Path, artifact_root: str | None = None, env: dict[str, str] | None = None,
+                 backend: str | None = None):
         """``artifact_root``: an object store (``s3://...``) that clients upload to themselves
         (``--default-artifact-root ... --no-serve-artifacts``, as on ``ray_cluster.yaml``'s head);
-        default: a directory the server proxies."""
+        default: a directory the server proxies.  ``backend``: the backend store's URL (a
+        PostgreSQL database, as on the cluster); default: a sqlite file in ``directory``."""
         self.directory, self.port, self.process = directory, 0, None
         self.artifact_root, self.env = artifact_root, env
+        self.backend = backend or f"sqlite:///{directory}/mlflow.db"
 
     @property
     def uri(self) -> str:
@@ -184,7 +189,7 @@ class MlflowServer:
         log = self.directory / f"server-{time.time_ns()}.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--backend-store-uri", f"sqlite:///{self.directory}/mlflow.db", "--workers", "1",
+             "--backend-store-uri", self.backend, "--workers", "1",
              *(["--default-artifact-root", self.artifact_root, "--no-serve-artifacts"] if self.artifact_root else
                ["--artifacts-destination", str(self.directory / "artifacts")])],
             stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True, env=self.env)
@@ -217,8 +222,8 @@ class MlflowOutage:
 
     EXPERIMENT = "outage"
 
-    def __init__(self, directory: Path, seconds: float = 20.0):
-        self.server, self.seconds = MlflowServer(directory), seconds
+    def __init__(self, directory: Path, seconds: float = 20.0, backend: str | None = None):
+        self.server, self.seconds = MlflowServer(directory, backend=backend), seconds
         self.times: list[float] = []  # when it went down, when it came back
         self.failures: list[BaseException] = []
         self.thread = None
@@ -276,6 +281,61 @@ class MlflowOutage:
         assert run.data.metrics["tracking_wait_s"] < 3.0
         assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"best", "plots", "dev_hypotheses"}
         return run
+
+
+class PostgresServer:
+    """A real PostgreSQL server (Debian's package) on 127.0.0.1, in a cluster of its own under a
+    temporary directory, run as the ``postgres`` user (the server refuses root); ``database()``
+    makes a fresh database and returns its URL."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.directory = Path(tempfile.mkdtemp(prefix="nmt-postgres-"))
+        self.data = self.directory / "data"
+        self.bin = self._bin_directory()
+
+    @staticmethod
+    def _bin_directory() -> Path | None:
+        versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
+        return versions[-1].parent if versions else None
+
+    def _run(self, program: str, *args: str) -> None:
+        as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        result = subprocess.run([*as_postgres, str(self.bin / program), *args], capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"{program}: {result.stderr.strip()[-2000:]}")
+
+    def start(self) -> None:
+        if self.bin is None:
+            raise RuntimeError("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "nmt", "--no-sync")
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.directory / "server.log"), "-w", "-o", options, "start")
+
+    def database(self, name: str) -> str:
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "nmt", name)
+        return f"postgresql://nmt@127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One real PostgreSQL server for the session (a database per test: ``postgres.database(name)``)."""
+    require_module("psycopg", "psycopg (the dev extra) is MLflow's PostgreSQL driver")
+    server = PostgresServer()
+    if server.bin is None:  # as for the shared data: a failure under CI, a skip on a laptop
+        (pytest.fail if os.environ.get("CI", "").lower() == "true" else pytest.skip)(
+            "needs PostgreSQL's server (Debian: apt-get install postgresql)")
+    server.start()
+    yield server
+    server.stop()
 
 
 class MotoServer:

@@ -40,7 +40,9 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     commands = " ".join(config["head_start_ray_commands"])
     assert "mlflow server" in commands and "--host 127.0.0.1" in commands and "--dashboard-host=127.0.0.1" in commands
     assert "0.0.0.0" not in (ROOT / "ray_cluster.yaml").read_text()  # nothing listens on all interfaces
-    assert "--backend-store-uri sqlite:///" in commands
+    # the tracking database: PostgreSQL on the head (or a managed one), backed up to the bucket
+    assert '--backend-store-uri "${NMT_TRACKING_DB:-postgresql://mlflow@127.0.0.1:5432/mlflow}"' in commands
+    assert "python -m platform.backup" in commands and "s3://$NMT_BUCKET/syntax-nmt/backups" in commands
     # artifacts straight to S3 from every node: the server hands out s3:// locations, proxies no bytes
     assert '--default-artifact-root "$MLFLOW_ARTIFACTS" --no-serve-artifacts' in commands
     assert config["file_mounts"] == {"~/syntax-nmt": "."}

@@ -1,0 +1,73 @@
+"""Backups of the tracking database: ``pg_dump`` of MLflow's PostgreSQL database (custom
+format, what ``pg_restore`` reads), written to a local directory or an object store (``s3://``)
+as ``mlflow-<UTC time>.dump``, the newest ``keep`` kept.  ``ray_cluster.yaml``'s head runs
+``python -m platform.backup`` every hour into the bucket, so a terminated head loses at most an
+hour of run metadata (its artifacts are on S3 already).
+
+Restore into an empty database::
+
+    pg_restore --no-owner -d postgresql://mlflow@127.0.0.1:5432/mlflow mlflow-20261126T101500000000Z.dump
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from platform import atomic
+from platform.data import storage
+from platform.errors import UserError
+
+PREFIX, SUFFIX = "mlflow-", ".dump"
+
+
+def libpq_url(database_url: str) -> str:
+    """A SQLAlchemy URL (``postgresql+psycopg://...``) as libpq reads it (``postgresql://...``)."""
+    scheme, sep, rest = database_url.partition("://")
+    if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
+        raise UserError(f"{scheme}://...: only a PostgreSQL database can be backed up (pg_dump)")
+    return f"postgresql://{rest}"
+
+
+def dump(database_url: str, pg_dump: str = "pg_dump") -> bytes:
+    """The whole database in ``pg_dump``'s custom format."""
+    try:
+        result = subprocess.run([pg_dump, "--format=custom", "--no-owner", f"--dbname={libpq_url(database_url)}"],
+                                capture_output=True, timeout=3600)
+    except FileNotFoundError:
+        raise UserError(f"{pg_dump}: not found (PostgreSQL's client programs; Debian: postgresql-client)") from None
+    if result.returncode != 0:
+        lines = result.stderr.decode(errors="replace").strip().splitlines()
+        raise UserError(f"pg_dump: {lines[-1] if lines else 'failed'}")
+    return result.stdout
+
+
+def backups(destination: str) -> list[storage.Location]:
+    """The backups under ``destination``, oldest first (their names sort by time)."""
+    from pyarrow.fs import FileSelector, FileType
+
+    where = storage.locate(destination)
+    if not where.exists():
+        return []
+    found = [info for info in where.fs.get_file_info(FileSelector(where.path))
+             if info.type == FileType.File and info.base_name.startswith(PREFIX) and info.base_name.endswith(SUFFIX)]
+    return [where.child(info.base_name) for info in sorted(found, key=lambda info: info.base_name)]
+
+
+def backup(database_url: str, destination: str, keep: int = 24, pg_dump: str = "pg_dump") -> storage.Location:
+    """Dump the database to ``destination`` (whole, or not at all), then delete all but the
+    newest ``keep`` backups there; returns the new backup."""
+    if keep < 1:
+        raise UserError("--keep must be at least 1")
+    data = dump(database_url, pg_dump)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time_ns() % 1_000_000_000 // 1000:06d}Z"
+    target = storage.locate(destination).child(f"{PREFIX}{stamp}{SUFFIX}")
+    if target.local:
+        Path(target.path).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_file(target.path, lambda handle: handle.write(data))
+    else:
+        target.write_bytes(data)  # one PUT: an object store never shows half of it
+    for old in backups(destination)[:-keep]:
+        old.delete()
+    return target
