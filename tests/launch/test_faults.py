@@ -173,20 +173,30 @@ params:
   dropout: {type: float, low: 0.0, high: 0.3, grid: [0.0, 0.2]}
 """
 
-# (scheduler, searcher, space, extra flags, configs sampled, trials per config): every choice once
+# (scheduler, searcher, space, extra flags, configs sampled, trials per config, tracking): every
+# choice the issue names once (asha+tpe: test_ashas_rungs_survive_an_interrupted_sweeps_resume);
+# one on an MLflow server backed by a real PostgreSQL database, as on the cluster's head
 KILLED_DRIVERS = [
-    ("asha", "tpe", "dbsa", [], 3, 1),
-    ("hyperband", "grid", "grid", [], 3, 1),
-    ("median", "cmaes", "dbsa", [], 3, 1),
-    ("none", "random", "dbsa", ["--seeds-per-config", "2"], 2, 2),
+    ("hyperband", "grid", "grid", [], 3, 1, "sqlite"),
+    ("median", "cmaes", "dbsa", [], 3, 1, "postgresql"),
+    ("none", "random", "dbsa", ["--seeds-per-config", "2"], 2, 2, "sqlite"),
 ]
 
 
-@pytest.mark.parametrize("scheduler,searcher,space,extra,configs,seeds", KILLED_DRIVERS,
-                         ids=[f"{s}-{t}" for s, t, *_ in KILLED_DRIVERS])
+@pytest.mark.parametrize("scheduler,searcher,space,extra,configs,seeds,backend", KILLED_DRIVERS,
+                         ids=[f"{s}-{t}-{b}" for s, t, *_, b in KILLED_DRIVERS])
 def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path, scheduler,
-                                                                        searcher, space, extra, configs, seeds):
+                                                                        searcher, space, extra, configs, seeds, backend,
+                                                                        request):
+    server = None
     uri = f"sqlite:///{tmp_path}/mlflow.db"
+    if backend == "postgresql":  # runs, the nested sweep and the resume in PostgreSQL
+        (tmp_path / "mlflow").mkdir()
+        database = request.getfixturevalue("postgres").database("kill_driver")
+        server = MlflowServer(tmp_path / "mlflow", backend=database)
+        server.start()
+        request.addfinalizer(server.stop)
+        uri = server.uri
     address = ray_cluster.get_runtime_context().gcs_address
     if space == "grid":
         space = str(tmp_path / "grid.yaml")
@@ -195,6 +205,7 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
                       "--max-concurrent", "2", "--scheduler", scheduler, "--search", searcher, *extra,
                       "--set", "eval.max_sentences=8",
                       experiment="kill-driver", space=space)
+    args[args.index("--tracking-uri") + 1] = uri
     env = {**os.environ, "RAY_ADDRESS": ""}
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address", address], cwd=ROOT,
@@ -241,6 +252,15 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     assert len(states) == configs and set(states) <= {"COMPLETE", "PRUNED"}, states
     if scheduler == "none":
         assert set(states) == {"COMPLETE"}
+    if server is not None:  # all of it in PostgreSQL, nothing in a file beside the server
+        import sqlalchemy
+
+        assert not (tmp_path / "mlflow" / "mlflow.db").exists()
+        engine = sqlalchemy.create_engine(database)
+        with engine.connect() as connection:
+            stored = connection.execute(sqlalchemy.text("select count(*) from runs")).scalar()
+        engine.dispose()
+        assert stored == len(children) + 1
 
 
 def saved_rungs(sweep_path: Path) -> dict[int, set[str]]:

@@ -216,22 +216,6 @@ def test_a_storage_path_the_worker_node_can_only_read_is_one_line_before_any_tra
     assert experiment is None or client.search_runs([experiment.experiment_id]) == []  # nothing started
 
 
-def test_a_smoke_sweep_runs_every_trial_on_the_other_node(cluster, tmp_path):
-    shared, hidden = cluster["shared"], cluster["cluster"]
-    store = f"sqlite:///{tmp_path}/mlflow.db"
-    result = cli(cluster, "tune", "--space", "dbsa", "--smoke", "--address", hidden.address, "--name", "far",
-                 "--storage-path", shared / "sweeps", "--tracking-uri", store, "--experiment", "hidden-sweep",
-                 cwd=tmp_path, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    _, found = runs_of(store, "hidden-sweep")
-    parents = [r for r in found if r.data.tags.get("sweep_parent") == "far"]
-    trials = [r for r in found if r not in parents]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert len(trials) == 3 and all(r.info.status == "FINISHED" for r in trials)
-    assert {r.data.tags["node_id"] for r in trials} == {hidden.worker}
-    assert {r.data.params["git_commit"] for r in trials} == {parents[0].data.params["git_commit"]} != {"unknown"}
-
-
 def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
     """prepare --out s3://, train --data s3:// with its checkpoints under s3://, evaluate on the
     test set read from s3:// — all against a real S3-compatible server."""
@@ -287,11 +271,12 @@ def test_an_mlflow_outage_while_the_other_node_trains_loses_nothing_and_holds_no
     assert run.data.tags["node_id"] == hidden.worker  # rank 0 logged through the relay from the other node
 
 
-def test_a_sweep_on_s3_keeps_its_files_in_the_bucket_and_no_artifact_byte_crosses_to_the_head(cluster, tmp_path):
+def test_a_sweep_runs_every_trial_on_the_other_node_and_its_files_go_to_s3_not_through_the_head(cluster, tmp_path):
     """The ``ray_cluster.yaml`` layout with S3 (moto) as the storage and MLflow's artifact store
-    (``--default-artifact-root s3://... --no-serve-artifacts``): Ray Train's checkpoints, the
-    trials' MLflow files and their models land in the bucket, uploaded by the worker node itself;
-    the relay on the head carries their metadata only (its byte count is logged on the sweep)."""
+    (``--default-artifact-root s3://... --no-serve-artifacts``): every trial runs on the worker
+    node; Ray Train's checkpoints, the trials' MLflow files and their models land in the bucket,
+    uploaded by the worker node itself; the relay on the head carries their metadata only (its
+    byte count is logged on the sweep)."""
     import pyarrow.fs
 
     from conftest import MlflowServer
@@ -310,7 +295,9 @@ def test_a_sweep_on_s3_keeps_its_files_in_the_bucket_and_no_artifact_byte_crosse
         server.stop()
     parent = next(r for r in found if r.data.tags.get("sweep_parent") == "direct")
     trials = [r for r in found if r.data.tags.get("mlflow.parentRunId")]
+    assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in trials)
     assert len(trials) == 2 and {r.data.tags["node_id"] for r in trials} == {hidden.worker}
+    assert {r.data.params["git_commit"] for r in trials} == {parent.data.params["git_commit"]} != {"unknown"}
     assert parent.data.metrics["relay_artifact_bytes"] == 0  # no file crossed to the head as bytes
     fs = pyarrow.fs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing", secret_key="testing",
                                  region="us-east-1")
