@@ -21,7 +21,7 @@ from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
-from platform.launch.study import load_study, open_storage
+from platform.launch.study import load_study, open_storage, shown_url
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
 
@@ -219,7 +219,7 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
               **sweep.settings.params(sweep.seed, sweep.max_epochs), "metric": sweep.space.spec.metric,
               "objectives": ",".join(f"{m}:{d}" for m, d in sweep.space.objectives),
               "seeds_per_config": sweep.seeds_per_config, "time_budget_s": sweep.time_budget_s,
-              "study_storage": sweep.study_storage,
+              "study_storage": shown_url(sweep.study_storage) if sweep.study_storage else "",
               "workers_per_trial": sweep.job.workers, "gpus_per_worker": sweep.job.gpus_per_worker,
               "max_concurrent": sweep.max_concurrent, "git_commit": sweep.job.git_commit}
     space_text = sweep.space.path.read_text(encoding="utf-8")
