@@ -166,7 +166,7 @@ def end_stopped_trials(sweep: Sweep, results) -> None:
             if "error" in run.data.tags:
                 client.delete_tag(run_id, "error")
             client.set_tag(run_id, "pruned", "true")
-            client.set_tag(run_id, "stopped", "time budget")
+            client.set_tag(run_id, "stopped", "time budget" if sweep.time_budget_s else "sweep ended")
             runs.end_run(sweep.tracking_uri, run_id)
     study = load_study(sweep.study_storage, sweep.name)
     if study is not None:
