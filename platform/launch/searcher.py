@@ -179,9 +179,27 @@ def make_searcher(space, seed: int, max_iterations: int, scheduler=None, setting
             if scheduler is not None and saved is not None:
                 _restore_scheduler(scheduler, saved)
 
+        def _told_already(self, trial_id: str) -> bool:
+            """Whether the study (a live storage) finished this trial before a resume restored
+            an older searcher state: a trial told PRUNED, then resumed by Ray from its
+            checkpoint, must not be reported to again (Optuna refuses to update it)."""
+            trial = compat.optuna_trials(self).get(trial_id)
+            if trial is None or trial_id in compat.completed_trials(self):
+                return False
+            if not compat.optuna_study(self).get_trials(deepcopy=False)[trial.number].state.is_finished():
+                return False
+            compat.completed_trials(self).add(trial_id)  # Optuna keeps its first verdict
+            return True
+
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            if not self._told_already(trial_id):
+                super().on_trial_result(trial_id, result)
+
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
             from optuna.trial import TrialState
 
+            if self._told_already(trial_id):
+                return
             stopped_early = (not error and result is not None and "training_iteration" in result
                              and result["training_iteration"] < self.max_iterations)
             if not stopped_early or trial_id in compat.completed_trials(self):

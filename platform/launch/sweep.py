@@ -152,7 +152,8 @@ def end_stopped_trials(sweep: Sweep, results) -> None:
     the callbacks, so their MLflow runs would stay RUNNING (or be FAILED by the interrupted
     trial process) and their Optuna trials RUNNING.  Closed here: the runs FINISHED with
     ``pruned=true`` and ``stopped=time budget``, the study's running trials PRUNED (what they
-    reported each epoch kept)."""
+    reported each epoch kept), or FAIL where a trial reported nothing (one the searcher asked
+    for before a kill, which the resumed searcher's older state does not know)."""
     import optuna
 
     for result in results:
@@ -169,9 +170,12 @@ def end_stopped_trials(sweep: Sweep, results) -> None:
             client.set_tag(run_id, "stopped", "time budget" if sweep.time_budget_s else "sweep ended")
             runs.end_run(sweep.tracking_uri, run_id)
     study = load_study(sweep.study_storage, sweep.name)
-    if study is not None:
+    if study is not None:  # trained for a while: pruned; asked but never reported (lost to a kill): failed
+        several = len(study.directions) > 1  # no intermediate values: stopped by the budget, or lost
         for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            study.tell(trial.number, state=optuna.trial.TrialState.PRUNED)
+            trained = trial.intermediate_values or (several and sweep.time_budget_s)
+            state = optuna.trial.TrialState.PRUNED if trained else optuna.trial.TrialState.FAIL
+            study.tell(trial.number, state=state)
 
 
 def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):
