@@ -10,6 +10,7 @@ names, the summary table's columns and the trials' MLflow params.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,6 +140,9 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     if resume and not ray.tune.Tuner.can_restore(str(sweep.path)):
         raise UserError(f"nothing to resume at {sweep.path}")
     release_orphaned_groups()  # what an interrupted sweep's teardown left reserved (a trial slot each)
+    # a trial resumed after its training had finished ends without a new report; Tune's strict
+    # check would fail the whole sweep for it (its Optuna trial is closed by the searcher)
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     if resume:  # Tune restores the searcher (with ASHA's rungs) and the callbacks it saved
         results = ray.tune.Tuner.restore(str(sweep.path), trainable=trainable, resume_errored=True).fit()
     else:

@@ -209,6 +209,9 @@ class RayHooks:
         self._log(metrics, state, evaluation, is_best)
         if final:
             self.finish()
+            # delivered before the report that lets Tune tear the workers down (rank 0's logger
+            # sends from a thread: the MLflow model's upload was once cut off mid-way)
+            self.logger.drain(RunLogger.CLOSE_WAIT_S)
         with temp_checkpoint(state) as directory:
             ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
 
