@@ -187,7 +187,6 @@ def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_
 def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its_pareto_front(ray_cluster, demo_dataset,
                                                                                                tmp_path, capsys):
     import csv
-    import time
 
     import optuna
 
@@ -196,9 +195,7 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
                       "--time-budget", "40s", "--max-concurrent", "2", "--search", "random", "--scheduler", "none",
                       "--objective", "dev_bleu:max", "--objective", "num_parameters:min",
                       "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8", experiment="budget")
-    began = time.time()
     assert tune.main(args) == 0
-    assert time.time() - began < 40 + 90  # the budget, start-up and the summary; 500 epochs would take far longer
     out = capsys.readouterr().out
     assert "time budget of 40 s reached" in out and "Pareto front (dev_bleu, num_parameters): trial " in out
     client, runs = runs_of(uri, "budget")
@@ -212,6 +209,7 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
     summary = client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path))
     rows = list(csv.DictReader(open(summary, encoding="utf-8")))
     assert len(rows) == len(trials) and any(row["pareto"] == "yes" for row in rows)
+    assert all(int(row["epochs"]) < 500 for row in rows)  # the budget stopped them, not their epoch limit
     assert all(float(row["num_parameters"]) > 0 for row in rows)
     assert "optuna/pareto_front.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
 
