@@ -179,8 +179,8 @@ def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, i
             run_ids = [scored[key] for key in sorted(scored) if key[0] == index]
             metrics = [client.get_run(run_id).data.metrics for run_id in run_ids]
             files = [test_outputs(client, run_id, Path(scratch)) for run_id in run_ids]
-            outputs[index] = ([line for f in files for line in f["tok.hyp"]], [line for f in files for line in f["tok.ref"]],
-                              [line for f in files for line in f["hyp"]], [line for f in files for line in f["ref"]])
+            # detokenized, as the runs' own scores: (hypotheses, references), the seeds concatenated
+            outputs[index] = ([line for f in files for line in f["hyp"]], [line for f in files for line in f["ref"]])
             row = {"config": candidate.label, "recipe": _recipe(sweep, candidate),
                    **{key: candidate.knobs.get(key) for key in sweep.space.knobs if key != RECIPE_KNOB},
                    "seeds": len(run_ids)}
@@ -191,7 +191,7 @@ def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, i
             rows.append(row)
         tokenizer = logged_tokenizer(client, scored[min(scored)])
     note = _add_p_values(rows, chosen, outputs, tokenizer)
-    sentences = len(outputs[0][3]) // max(seeds, 1) if outputs else 0
+    sentences = len(outputs[0][1]) // max(seeds, 1) if outputs else 0
     return Confirmation(rows, seeds, sentences, note)
 
 
@@ -200,8 +200,8 @@ def _add_p_values(rows, chosen, outputs, tokenizer: str) -> str:
     against the baseline (the first candidate), on detokenized text as the runs' scores."""
     if not chosen or not chosen[0].is_baseline:
         return "no baseline: the space names no baseline recipe, so no significance test"
-    references = outputs[0][3]
-    named = [(row["config"], outputs[i][2]) for i, row in enumerate(rows)]
+    references = outputs[0][1]
+    named = [(row["config"], outputs[i][0]) for i, row in enumerate(rows)]
     results = paired_tests(named, references, tokenizer)
     for i, row in enumerate(rows):
         for metric, column in (("BLEU", "bleu"), ("chrF2", "chrf")):
