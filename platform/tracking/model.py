@@ -124,5 +124,9 @@ def log(mlflow_client, run_id: str, files: dict[str, bytes], step: int, params: 
     model_id = created["model_id"]
     upload_model_files(mlflow_client, model_id, files)
     mlflow_client.finalize_logged_model(model_id, LoggedModelStatus.READY)
-    mlflow_client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
+    outputs = mlflow_client.get_run(run_id).outputs
+    if not any(o.model_id == model_id for o in (outputs.model_outputs if outputs else [])):
+        # once: a retry after a link that reached the store but whose answer was lost (or an
+        # interrupted sweep's resume) must not link it again (the store refuses a duplicate)
+        mlflow_client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
     return model_id
