@@ -8,7 +8,8 @@
     python -m platform.tune --space papers --search grid --seeds-per-config 3
 
 Each trial is a Tune function trainable that builds its own Ray Train ``TorchTrainer`` (the
-Train V2 pattern) and forwards rank 0's metrics through ``TuneReportCallback``; its trainer run
+Train V2 pattern) and forwards rank 0's metrics through Ray's ``TuneReportCallback`` (the last
+one once the trainer has shut down, so it withdraws its request to the autoscaler); its trainer run
 is named after the trial id, so a retried trial resumes its own checkpoints.  ``OptunaSearch``
 (``--search``: TPE by default, seeded) samples the space, the space's first points (the papers'
 settings) first, its study live in an RDB storage (``optuna-dashboard`` opens it while the sweep

@@ -121,6 +121,9 @@ def end_ray_processes_under(temp_dir: str | Path, timeout: float = 15.0) -> int:
             family.update({child.pid: child for child in process.children(recursive=True)})
         except psutil.NoSuchProcess:
             pass
+    me = psutil.Process()  # never this process or its parents (a command line that names the directory too)
+    for spared in [me, *me.parents()]:
+        family.pop(spared.pid, None)
     for process in family.values():
         try:
             process.terminate()

@@ -8,7 +8,10 @@ once, here), not as data to load again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
 from platform import config as config_io
 from platform.data import dataset as ds
 from platform.errors import UserError
@@ -39,12 +42,15 @@ class Job:
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
-        ray_address: str | None = None, callbacks: list | None = None, reuse: dict[str, str] | None = None) -> str:
+        ray_address: str | None = None, callbacks: list | None = None, reuse: dict[str, str] | None = None,
+        after_fit: Callable[[Any], None] | None = None) -> str:
     """Open the MLflow run, train with Ray Train, close the run; returns the run id.
 
     With ``reuse`` (tags that identify one run: a trial's parent run and trial id) the run that
     carries them is reopened instead of creating a duplicate (a retried trial resumes its own run).
-    Raises ``TrainingFailed`` (after marking the run FAILED) if the workers failed for good."""
+    ``after_fit`` gets Ray Train's Result once the run is closed (a sweep's trial reports its
+    last result to Tune there).  Raises ``TrainingFailed`` (after marking the run FAILED) if the
+    workers failed for good."""
     meta = ds.read_meta(job.dataset.location)
     config_yaml = config_io.dump_yaml(config)
     extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
@@ -62,11 +68,13 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
         if job.init is not None and job.init.model_id:  # the parent model: the run's input
             runs.log_model_input(job.tracking_uri, run_id, job.init.model_id)
     try:
-        _fit_with_ray(config, job, run_id, callbacks or [])
+        result = _fit_with_ray(config, job, run_id, callbacks or [])
     except BaseException as error:
         runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True)
         raise
     runs.end_run(job.tracking_uri, run_id, only_if_running=True)
+    if after_fit is not None:
+        after_fit(result)
     return run_id
 
 

@@ -22,6 +22,7 @@ from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
+from platform.launch.worker import LAST_REPORT
 from platform.launch.study import load_study, open_storage, shown_url
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
@@ -70,7 +71,6 @@ def trial_seed(base_seed: int, sampled: dict[str, Any]) -> int:
 def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     """One Tune trial: resolve its config and train it with Ray Train (its own TorchTrainer)."""
     import ray.tune
-    from ray.tune.integration.ray_train import TuneReportCallback
 
     started_at = time.time()
     trial_id = ray.tune.get_context().get_trial_id()
@@ -81,8 +81,39 @@ def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
     config = load_train_config(data)  # validated once, in the trial
     job = dataclasses.replace(setup["job"], run_name=f"{setup['sweep']}-{trial_id}", started_at=started_at)
     tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name, "recipe": space.recipe_of(knobs)}
-    run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[TuneReportCallback()],
-        reuse=trial_run_tags(setup["parent_run_id"], trial_id))
+    run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[final_after_fit_callback()],
+        reuse=trial_run_tags(setup["parent_run_id"], trial_id), after_fit=report_last)
+
+
+def report_last(result) -> None:
+    """After the trainer's ``fit`` (and the trial's MLflow run) ended: the report after which
+    training ended, held back by ``FinalAfterFit``, now goes to Tune (``result``: Ray Train's
+    Result, whose metrics are rank 0's last checkpointed report)."""
+    import ray.tune
+    from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
+
+    if result is not None and result.metrics and result.metrics.get(LAST_REPORT):
+        path = {CHECKPOINT_PATH_KEY: result.checkpoint.path} if result.checkpoint else {}
+        ray.tune.report({**result.metrics, **path})
+
+
+def final_after_fit_callback():
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    class FinalAfterFit(TuneReportCallback):
+        """Ray's ``TuneReportCallback``, but the report after which training ends (``LAST_REPORT``)
+        waits for ``fit`` to return (``report_last``).  Tune stops a trial on the result that
+        reaches the scheduler's ``max_t``; seen first, that result let Tune kill the trial with its
+        Train controller before the controller shut down, so the controller's request to Ray's
+        autoscaler for the trial's GPUs stood for its full 180 s expiry and kept every node of
+        an ended sweep up that much longer (fake autoscaling cluster: released 2 min 50 s after
+        the sweep, not after the 12 s idle timeout)."""
+
+        def after_report(self, run_context, metrics, checkpoint):
+            if not metrics[0].get(LAST_REPORT):
+                super().after_report(run_context, metrics, checkpoint)
+
+    return FinalAfterFit()
 
 
 def trial_run_tags(parent_run_id: str, trial_id: str) -> dict[str, str]:

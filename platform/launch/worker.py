@@ -23,6 +23,10 @@ from platform.training.context import Context, chosen_precision
 from platform.training.loop import UPDATE_METRICS, fit, temp_checkpoint
 from platform.training.step import Diverged
 
+# in the report after which training ends: a sweep hands that one to Tune only after the
+# trainer's fit has returned (launch.sweep.FinalAfterFit)
+LAST_REPORT = "last_report"
+
 
 def assigned_device():
     """The device Ray Train assigned this worker; the CPU where it assigned a GPU that torch
@@ -195,13 +199,13 @@ class RayHooks:
                                              parallel_strategy_kwargs={"find_unused_parameters": unused})
 
     def report(self, metrics, state, evaluation, is_best, final=False) -> None:
-        """Rank 0 logs the epoch and reports it to Ray with its checkpoint; after the final epoch,
-        the end-of-run logging (``finish``) comes *before* that report: in a sweep, the last
-        result is what makes Tune stop the trial (ASHA's ``max_t``) and tear its workers down, so
-        anything after it would be cut off (and was: no MLflow model for any complete trial)."""
+        """Rank 0 logs the epoch and reports it to Ray with its checkpoint; the report after
+        which training ends carries ``LAST_REPORT``, and the end-of-run logging (``finish``) comes
+        *before* it: the workers end soon after it (and were once cut off mid-upload: no MLflow
+        model for any complete trial, when Tune saw that report first and tore the trial down)."""
         import ray.train
 
-        reported = {**metrics, "num_parameters": self.num_parameters}
+        reported = {**metrics, "num_parameters": self.num_parameters, **({LAST_REPORT: 1.0} if final else {})}
         if self.rank != 0:
             ray.train.report(reported)
             return

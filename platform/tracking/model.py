@@ -124,9 +124,18 @@ def log(mlflow_client, run_id: str, files: dict[str, bytes], step: int, params: 
     model_id = created["model_id"]
     upload_model_files(mlflow_client, model_id, files)
     mlflow_client.finalize_logged_model(model_id, LoggedModelStatus.READY)
-    outputs = mlflow_client.get_run(run_id).outputs
-    if not any(o.model_id == model_id for o in (outputs.model_outputs if outputs else [])):
-        # once: a retry after a link that reached the store but whose answer was lost (or an
-        # interrupted sweep's resume) must not link it again (the store refuses a duplicate)
-        mlflow_client.log_outputs(run_id, [LoggedModelOutput(model_id, step)])
+    add_outputs(mlflow_client, run_id, [LoggedModelOutput(model_id, step)])
     return model_id
+
+
+def add_outputs(mlflow_client, run_id: str, outputs: list) -> int:
+    """Link logged models (``LoggedModelOutput``s) to ``run_id`` as its outputs, each once: a
+    retry after a link that reached the store but whose answer was lost, or an interrupted
+    sweep's resume, must not link one again (the store refuses a duplicate, and did, in CI);
+    returns how many were new."""
+    found = mlflow_client.get_run(run_id).outputs
+    linked = {o.model_id for o in (found.model_outputs if found else [])}
+    new = [o for o in outputs if o.model_id not in linked]
+    if new:
+        mlflow_client.log_outputs(run_id, new)
+    return len(new)

@@ -194,14 +194,15 @@ def _quoted(value: str) -> str:
 def link_models(tracking_uri: str, from_run: str, to_run: str) -> int:
     """Link ``from_run``'s logged models to ``to_run`` as its outputs too (a sweep's parent gets
     its best trial's model, for the API: MLflow 3.17's UI shows a model only on the row of the
-    run that logged it); returns how many."""
+    run that logged it), each once (a resumed sweep links them again); returns how many."""
     from mlflow.entities import LoggedModelOutput
+
+    from platform.tracking.model import add_outputs
 
     mlflow_client = client(tracking_uri)
     outputs = mlflow_client.get_run(from_run).outputs
     models = [LoggedModelOutput(output.model_id, output.step) for output in (outputs.model_outputs if outputs else [])]
-    if models:
-        mlflow_client.log_outputs(to_run, models)
+    add_outputs(mlflow_client, to_run, models)
     return len(models)
 
 

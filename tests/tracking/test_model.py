@@ -115,3 +115,22 @@ def test_a_model_mlflow_cannot_save_leaves_the_finished_training_finished(tmp_pa
     run = MlflowClient(uri).get_run(run_id)
     assert run.data.tags["mlflow_model_error"] and not run.outputs.model_outputs
     assert "not saved as an MLflow model" in capsys.readouterr().err
+
+
+def test_a_sweeps_best_model_linked_to_its_parent_twice_is_linked_once(checkpoint, tmp_path, monkeypatch):
+    """A resumed sweep links its best trial's model to the parent run again (CI: the store
+    refused the duplicate and failed the resumed sweep); the second link adds nothing."""
+    path, _, dataset = checkpoint
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    monkeypatch.chdir(tmp_path)
+    parent = runs.start_run(uri, "models", "sweep", {}, {}, "")
+    trial = runs.start_run(uri, "models", "trial", {}, {}, "", parent)
+    params = mlflow_model.save(path, tmp_path / "mlflow_model", dataset.dev.texts["src_text"][0])
+    logger = RunLogger(uri, trial)
+    logger.model(tmp_path / "mlflow_model", 7, params)
+    assert logger.close() == []
+    assert runs.link_models(uri, trial, parent) == 1
+    assert runs.link_models(uri, trial, parent) == 1  # the resumed sweep's summary: no error
+    client = MlflowClient(uri)
+    linked = [o.model_id for o in client.get_run(parent).outputs.model_outputs]
+    assert linked == [o.model_id for o in client.get_run(trial).outputs.model_outputs] and len(linked) == 1
