@@ -104,6 +104,12 @@ def completed_trials(searcher) -> set:
     return searcher._completed_trials
 
 
+def tune_trial_ids(results) -> set[str]:
+    """The ids of every trial a Tune ``ResultGrid`` holds, reported or not (its public
+    ``Result``s carry an id only in what a trial reported)."""
+    return {trial.trial_id for trial in results._experiment_analysis.trials}
+
+
 def asha_rungs(scheduler) -> list[tuple[float, dict]]:
     """ASHA's first bracket's rungs: (milestone, {trial id: value})."""
     return scheduler._brackets[0]._rungs

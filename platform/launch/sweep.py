@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from platform import compat
 from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
@@ -179,7 +180,27 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     else:
         results = _new_tuner(sweep, trainable, callbacks, verbose).fit()
     end_stopped_trials(sweep, results)
+    end_lost_trials(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id, compat.tune_trial_ids(results))
     return results
+
+
+LOST = ("lost: the sweep's driver ended before Ray Tune had saved this trial, so the resumed "
+        "sweep could not resume it (its searcher asked for another trial in its place)")
+
+
+def end_lost_trials(tracking_uri: str, experiment: str, parent_run_id: str, known: set[str]) -> list[str]:
+    """Close the sweep's trial runs that no trial Tune knows (``known``: its trial ids) owns.
+    The driver ended (a kill, a head restart) after a trial had opened its MLflow run but
+    before Tune saved its experiment state with that trial, so the resumed Tune never knew
+    it.  Left alone such a run stays RUNNING forever; closed FAILED with ``lost=true`` and
+    why.  Returns their run ids."""
+    lost = [run for run in runs.running_children(tracking_uri, experiment, parent_run_id)
+            if run.data.tags.get("stage") != "confirm" and run.data.tags.get("trial_id") not in known]
+    client = store.client(tracking_uri)
+    for run in lost:
+        client.set_tag(run.info.run_id, "lost", "true")
+        runs.end_run(tracking_uri, run.info.run_id, error=LOST)
+    return [run.info.run_id for run in lost]
 
 
 def end_stopped_trials(sweep: Sweep, results) -> None:

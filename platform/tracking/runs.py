@@ -182,6 +182,24 @@ def _find_run(mlflow_client, experiment: str, tags: dict[str, str]) -> str | Non
     return runs[0].info.run_id if runs else None
 
 
+def running_children(tracking_uri: str, experiment: str, parent_run_id: str) -> list:
+    """The runs nested under ``parent_run_id`` that are still RUNNING, every page of them."""
+    return on_client(client(tracking_uri), _running_children, experiment, parent_run_id)
+
+
+def _running_children(mlflow_client, experiment: str, parent_run_id: str) -> list:
+    found = mlflow_client.get_experiment_by_name(experiment)
+    query = f"tags.`mlflow.parentRunId` = {_quoted(parent_run_id)} and attributes.status = 'RUNNING'"
+    children, token = [], None
+    while found is not None:
+        page = mlflow_client.search_runs([found.experiment_id], filter_string=query, page_token=token)
+        children += page
+        token = page.token
+        if not token:
+            break
+    return children
+
+
 def _quoted(value: str) -> str:
     """``value`` as a string literal of MLflow's search syntax (which has no escapes)."""
     if "'" not in value:

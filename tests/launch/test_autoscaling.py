@@ -7,7 +7,8 @@ for the instance types, and their min/max counts.  The head starts with no worke
 submitted as a job asks for a GPU per Train worker, Ray's autoscaler adds a ``gpu_worker``
 node, and the trials run there.  The head is then restarted mid-sweep (every Ray process of
 the cluster ended, the job's driver with them); the same command with ``--resume``, submitted
-again, finishes the sweep with one run per trial, ``ray job logs -f`` follows it to its end,
+again, finishes the sweep (a trial the restart interrupted resumes its own run, or, if Tune
+had not saved it yet, its run is closed as lost), ``ray job logs -f`` follows it to its end,
 and the GPU node goes within the file's idle timeout once the sweep is over.
 
 The session's own local cluster is shut down for this test (``own_cluster``): never two
@@ -117,7 +118,7 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         client = start_head()
         assert gpus_alive() == [0]  # the head alone, as on a fresh ray up
         first = submit(client, sweep)
-        wait_for(lambda: trials("FINISHED"), 420, "the job's first trial finished")
+        wait_for(lambda: trials("FINISHED") and trials("RUNNING"), 420, "the job's second trial started")
         assert client.get_job_status(first) == JobStatus.RUNNING
         assert gpus_alive() == [0, 1]  # the gpu_worker the autoscaler added for it
 
@@ -132,9 +133,14 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         assert "the others wait for Ray's autoscaler to add nodes" in logs  # the head alone has no GPU
         assert "best: trial" in logs  # followed to the sweep's last lines
 
-        done = trials()
-        assert len(done) == 2 and all(r.info.status == "FINISHED" for r in done), [(r.info.run_name, r.info.status) for r in done]
+        # the trial the restart interrupted resumed its own run; or, where Tune had not saved it
+        # yet, its run was closed as lost and another trial ran in its place: none left RUNNING
+        done = trials("FINISHED")
+        assert len(done) == 2 and len({r.data.tags["trial_id"] for r in done}) == 2, [r.info.run_name for r in done]
         assert {r.data.tags["gpu_ids"] for r in done} == {"0"}  # each on a GPU worker the autoscaler added
+        rest = [r for r in trials() if r.info.status != "FINISHED"]
+        assert all(r.info.status == "FAILED" and r.data.tags.get("lost") == "true" for r in rest), \
+            [(r.info.run_name, r.info.status, r.data.tags.get("error")) for r in rest]
         idle_s = IDLE_MINUTES * 60
         wait_for(lambda: gpus_alive() == [0], idle_s + 60, f"the idle gpu_worker released ({idle_s:g} s idle timeout)", every=5)
     finally:

@@ -175,3 +175,27 @@ def test_the_space_files_search_section_sets_the_search_and_the_epoch_limit(tmp_
     path.write_text("model: transformer\nsearch: {searcher: annealing}\nparams:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n")
     with pytest.raises(ConfigError, match="searcher"):
         load_space(str(path), "smoke")
+
+
+def test_a_trial_run_no_tune_trial_owns_is_closed_as_lost_and_no_other(tmp_path):
+    """After a resume: the run of a trial the restored Tune never knew (its driver ended before
+    Tune saved it) is closed FAILED with lost=true; a known trial's run, a confirmation run and
+    another sweep's run are left as they are (real MLflow store)."""
+    from mlflow.tracking import MlflowClient
+
+    from platform.launch.sweep import LOST, end_lost_trials
+    from platform.tracking import runs
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    parent = runs.start_run(uri, "lost", "sweep", {}, {}, "")
+    other = runs.start_run(uri, "lost", "other-sweep", {}, {}, "")
+    known = runs.start_run(uri, "lost", "t1", {}, {"trial_id": "aaaa0001"}, "", parent)
+    lost = runs.start_run(uri, "lost", "t2", {}, {"trial_id": "bbbb0002"}, "", parent)
+    confirm = runs.start_run(uri, "lost", "c1", {}, {"trial_id": "cccc0003", "stage": "confirm"}, "", parent)
+    elsewhere = runs.start_run(uri, "lost", "t3", {}, {"trial_id": "dddd0004"}, "", other)
+    assert end_lost_trials(uri, "lost", parent, {"aaaa0001"}) == [lost]
+    client = MlflowClient(uri)
+    closed = client.get_run(lost)
+    assert closed.info.status == "FAILED" and closed.data.tags["lost"] == "true" and closed.data.tags["error"] == LOST
+    assert [client.get_run(r).info.status for r in (known, confirm, elsewhere)] == ["RUNNING"] * 3
+    assert end_lost_trials(uri, "lost", parent, {"aaaa0001"}) == []  # closed once
