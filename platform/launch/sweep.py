@@ -194,13 +194,13 @@ def end_lost_trials(tracking_uri: str, experiment: str, parent_run_id: str, know
     before Tune saved its experiment state with that trial, so the resumed Tune never knew
     it.  Left alone such a run stays RUNNING forever; closed FAILED with ``lost=true`` and
     why.  Returns their run ids."""
-    lost = [run for run in runs.running_children(tracking_uri, experiment, parent_run_id)
-            if run.data.tags.get("stage") != "confirm" and run.data.tags.get("trial_id") not in known]
+    lost = [child.info.run_id for child in runs.running_children(tracking_uri, experiment, parent_run_id)
+            if child.data.tags.get("stage") != "confirm" and child.data.tags.get("trial_id") not in known]
     client = store.client(tracking_uri)
-    for run in lost:
-        client.set_tag(run.info.run_id, "lost", "true")
-        runs.end_run(tracking_uri, run.info.run_id, error=LOST)
-    return [run.info.run_id for run in lost]
+    for run_id in lost:
+        client.set_tag(run_id, "lost", "true")
+        runs.end_run(tracking_uri, run_id, error=LOST)
+    return lost
 
 
 def end_stopped_trials(sweep: Sweep, results) -> None:

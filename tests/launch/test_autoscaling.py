@@ -22,13 +22,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, wait_for
 from helpers import end_ray_processes_under, free_port, runs_of
 
 pytestmark = pytest.mark.slow
@@ -63,16 +62,6 @@ def fake_cluster_config(port: int) -> dict:
             "rsync_exclude": [], "rsync_filter": [], "initialization_commands": [], "setup_commands": [],
             "head_setup_commands": [], "worker_setup_commands": [], "head_start_ray_commands": [],
             "worker_start_ray_commands": []}
-
-
-def wait_for(condition, timeout: float, what: str, every: float = 2.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"not within {timeout:g} s: {what}")
 
 
 def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_after_a_head_restart_and_lets_them_go(
@@ -118,7 +107,7 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         client = start_head()
         assert gpus_alive() == [0]  # the head alone, as on a fresh ray up
         first = submit(client, sweep)
-        wait_for(lambda: trials("FINISHED") and trials("RUNNING"), 420, "the job's second trial started")
+        wait_for(lambda: trials("FINISHED") and trials("RUNNING"), 420, "the job's second trial started", poll=2)
         assert client.get_job_status(first) == JobStatus.RUNNING
         assert gpus_alive() == [0, 1]  # the gpu_worker the autoscaler added for it
 
@@ -142,6 +131,6 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         assert all(r.info.status == "FAILED" and r.data.tags.get("lost") == "true" for r in rest), \
             [(r.info.run_name, r.info.status, r.data.tags.get("error")) for r in rest]
         idle_s = IDLE_MINUTES * 60
-        wait_for(lambda: gpus_alive() == [0], idle_s + 60, f"the idle gpu_worker released ({idle_s:g} s idle timeout)", every=5)
+        wait_for(lambda: gpus_alive() == [0], idle_s + 60, f"the idle gpu_worker released ({idle_s:g} s idle timeout)", poll=5)
     finally:
         end_ray_processes_under(temp_dir)
