@@ -23,8 +23,8 @@ from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
-from platform.launch.worker import LAST_REPORT
 from platform.launch.study import load_study, open_storage, shown_url
+from platform.launch.worker import LAST_REPORT
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
 
