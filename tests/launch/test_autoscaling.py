@@ -40,7 +40,7 @@ FAKE_HEAD_TYPE = "ray.head.default"  # the name Ray's fake_multinode provider gi
 ALIVE = """
 import json, sys, ray
 ray.init(address=sys.argv[1], logging_level="ERROR")
-print(json.dumps([n["Resources"] for n in ray.nodes() if n["Alive"]]))
+print("ALIVE", json.dumps([n["Resources"] for n in ray.nodes() if n["Alive"]]))
 """
 
 
@@ -94,7 +94,9 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
     def gpus_alive() -> list[float]:
         found = subprocess.run([sys.executable, "-c", ALIVE, address], env=env, capture_output=True, text=True, timeout=120)
         assert found.returncode == 0, found.stderr[-2000:]
-        return sorted(n.get("GPU", 0) for n in json.loads(found.stdout.strip().splitlines()[-1]))
+        # its own line: Ray prints the autoscaler's events (such as the release) to drivers too
+        (line,) = [line for line in found.stdout.splitlines() if line.startswith("ALIVE ")]
+        return sorted(n.get("GPU", 0) for n in json.loads(line.removeprefix("ALIVE ")))
 
     def trials(status: str | None = None) -> list:
         _, runs = runs_of(uri, "autoscale")
