@@ -140,14 +140,17 @@ def start_relay(tracking_uri: str):
                 raise
             time.sleep(0.5)
             continue
-        _HELD[name] = handle
+        _HELD.setdefault(name, []).append(handle)
         return handle
 
 
-# The relay handles this process started or found.  A named actor that is not detached is
-# torn down when its creator holds no handle any more; a dropped handle once killed the relay
-# while a trial looked it up ("Failed to look up actor with name ..."), failing the trial.
-_HELD: dict[str, object] = {}
+# The relay handles this process started or found, every one of them.  A named actor that is
+# not detached is torn down when its creator holds no handle any more: a dropped handle once
+# killed the relay while a trial looked it up ("Failed to look up actor with name ..."), and a
+# second CLI call in one process, which found the relay and replaced the creating handle with
+# the found one, once killed it under its own next call (CI: "The actor is dead because all
+# references to the actor were removed").
+_HELD: dict[str, list] = {}
 
 
 def release_relays() -> None:

@@ -14,19 +14,26 @@ def actor_state(name: str) -> str | None:
     return found[0].state if found else None
 
 
-def test_the_relay_outlives_the_handle_its_starter_dropped(ray_cluster, tmp_path):
-    """A control actor made like the relay, whose handle nobody keeps, shows when Ray tears such
-    an actor down; the relay must still answer after that, not merely some seconds later."""
-    ray = ray_cluster
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    store.start_relay(uri)  # the handle is dropped at once, as the CLIs do
-    control_name = f"nmt-control-{tmp_path.name}"
+def a_dropped_actor_was_torn_down(ray, tmp_path, tag: str) -> None:
+    """A control actor made like the relay, whose handle nobody keeps: once Ray has torn it
+    down, it would have torn down a relay whose handles were dropped too."""
+    control_name = f"nmt-control-{tag}-{tmp_path.name}"
     control = ray.remote(num_cpus=0)(store.MlflowRelay).options(name=control_name).remote(
-        f"sqlite:///{tmp_path}/control.db")  # a store of its own: two first users of one sqlite file race
+        f"sqlite:///{tmp_path}/control-{tag}.db")  # a store of its own: two first users of one sqlite file race
     ray.get(control.call.remote("search_experiments"))  # up and answering
     del control
     gc.collect()
     wait_for(lambda: actor_state(control_name) == "DEAD", 60, "Ray to tear down an actor whose handle was dropped")
+
+
+def test_the_relay_outlives_the_handle_its_starter_dropped(ray_cluster, tmp_path):
+    """The relay must still answer after Ray tore down a control actor made the same way, not
+    merely some seconds later: when its starter dropped the handle, and when a second CLI call
+    in the same process found it again (CI: that once killed it under the call's next use)."""
+    ray = ray_cluster
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    store.start_relay(uri)  # the handle is dropped at once, as the CLIs do
+    a_dropped_actor_was_torn_down(ray, tmp_path, "first")
 
     @ray.remote(num_cpus=0)
     def look_up(uri):  # a trial or a Train worker, in another process
@@ -35,4 +42,8 @@ def test_the_relay_outlives_the_handle_its_starter_dropped(ray_cluster, tmp_path
 
     assert actor_state(store.relay_name(uri)) == "ALIVE"
     assert ray.get(look_up.remote(uri)), "the relay was torn down when its starter dropped the handle"
-    assert store.start_relay(uri) is not None  # and starting it again finds it
+    assert store.start_relay(uri) is not None  # a second CLI call in this process finds it
+    gc.collect()
+    a_dropped_actor_was_torn_down(ray, tmp_path, "second")
+    assert actor_state(store.relay_name(uri)) == "ALIVE", "finding the relay again tore it down"
+    assert ray.get(look_up.remote(uri))
