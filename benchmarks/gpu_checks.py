@@ -148,9 +148,9 @@ def decode(args) -> dict:
 
 
 def step(args) -> dict:
+    from models import build_model
     from platform.bench.models import model_config, random_batch
     from platform.training.config import OptimConfig, TrainConfig
-    from models import build_model
 
     torch.manual_seed(0)
     config = model_config("transformer", "paper")

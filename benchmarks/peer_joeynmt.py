@@ -71,8 +71,8 @@ def platform_curve(data: Path, seed: int, at: list[int], overrides: list[str], t
     platform's training step by step, dev decoded greedily there."""
     import torch
 
-    from platform.data.dataset import PreparedDataset
     from platform.data.batching import ShardedBatches
+    from platform.data.dataset import PreparedDataset
     from platform.data.subwords import SubwordModel
     from platform.training.context import Context
     from platform.training.evaluate import evaluate

@@ -16,8 +16,8 @@ bootstrap p-value of each row against its paper's baseline) goes to ``--out``.
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -97,8 +97,8 @@ def finished_runs(client, experiment: str) -> list:
 
 
 def run_row(row: str, seed: int, args, dataset: str) -> None:
-    from platform.inference import Trained, log_test_results, write_outputs
     from platform.data.dataset import DatasetRef
+    from platform.inference import Trained, log_test_results, write_outputs
     from platform.launch.driver import Job, run
     from platform.training.config import resolve_config
     from platform.training.recipes import get_recipe

@@ -24,10 +24,10 @@ class Packing:
     sentence: Tensor  # [B, L] int64: 0, 1, ... per row; -1 on padding
     position: Tensor  # [B, L] int64: position within the sentence (0 on padding)
 
-    def to(self, device: torch.device | str) -> "Packing":
+    def to(self, device: torch.device | str) -> Packing:
         return Packing(sentence=self.sentence.to(device), position=self.position.to(device))
 
-    def pin_memory(self) -> "Packing":
+    def pin_memory(self) -> Packing:
         return Packing(sentence=self.sentence.pin_memory(), position=self.position.pin_memory())
 
 
@@ -49,7 +49,7 @@ class Source:
     tree_parent: Tensor | None = None  # [B, 2S-1] binary tree parents, phrase nodes at S.. (tree encoders)
     packed: Packing | None = None  # several sentences per row (then ``lengths`` are the rows' used lengths)
 
-    def to(self, device: torch.device | str) -> "Source":
+    def to(self, device: torch.device | str) -> Source:
         move = lambda t: t.to(device) if t is not None else None  # noqa: E731
         return Source(ids=move(self.ids), lengths=move(self.lengths), depth=move(self.depth),
                       tree_parent=move(self.tree_parent), packed=move(self.packed))

@@ -36,7 +36,7 @@ class TreeSchedule:
     down_levels: list[tuple[Tensor, Tensor]]  # per depth 1, 2, ...: (batch index, node id)
 
     @classmethod
-    def from_parents(cls, parent: Tensor, lengths: Tensor) -> "TreeSchedule":
+    def from_parents(cls, parent: Tensor, lengths: Tensor) -> TreeSchedule:
         batch, num_nodes = parent.shape
         width = (num_nodes + 1) // 2  # S
         ids = torch.arange(num_nodes, device=parent.device)[None, :]

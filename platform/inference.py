@@ -23,6 +23,7 @@ from platform.data.conllu import Sentence
 from platform.data.encode import PrepareConfig, encode_corpus, read_corpus, side_columns
 from platform.data.subwords import SubwordModel
 from platform.errors import UserError
+from platform.training.averaging import LAST_EPOCHS, average, epoch_files
 from platform.training.checkpoint import (
     CHECKPOINT_FILE,
     IncompatibleCheckpoint,
@@ -31,7 +32,6 @@ from platform.training.checkpoint import (
     model_from_checkpoint,
     subword_models_from_checkpoint,
 )
-from platform.training.averaging import LAST_EPOCHS, average, epoch_files
 from platform.training.config import DecodeConfig, TrainConfig
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
@@ -110,7 +110,7 @@ class Trained:
 
     @classmethod
     def load(cls, *, run_id: str | None = None, checkpoint: str | Path | None = None, tracking_uri: str | None = None,
-             device: str = "cpu", average_last: int | None = None) -> "Trained":
+             device: str = "cpu", average_last: int | None = None) -> Trained:
         """The best checkpoint of ``run_id`` (or ``checkpoint``); with ``average_last`` N, its
         weights replaced by the average of the last N epochs' (``training.averaging``)."""
         if (run_id is None) == (checkpoint is None):
@@ -122,7 +122,7 @@ class Trained:
 
     @classmethod
     def _load(cls, checkpoint: Path, run_id: str | None, tracking_uri: str | None, device: str,
-              average_last: int | None) -> "Trained":
+              average_last: int | None) -> Trained:
         if not Path(checkpoint).exists():
             raise UserError(f"{checkpoint}: checkpoint not found")
         try:

@@ -26,7 +26,6 @@ from platform.data import demo
 from platform.data.encode import PrepareConfig, prepare, prepare_demo
 from platform.errors import UserError, run_cli
 
-
 # --------------------------------------------------------------------------- CLI
 
 

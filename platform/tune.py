@@ -42,8 +42,8 @@ from platform.launch.cluster import (
     start_ray,
     storage_uri,
 )
-from platform.launch.console import console_log_path, make_console, quiet_logging
 from platform.launch.confirm import confirmation_lines, run_confirmation
+from platform.launch.console import console_log_path, make_console, quiet_logging
 from platform.launch.driver import Job
 from platform.launch.searcher import SCHEDULERS, SEARCHERS, SearchSettings, check_settings, grid_size
 from platform.launch.spaces import Space, load_space
@@ -54,7 +54,6 @@ from platform.tracking import runs
 from platform.tracking.store import resolve_tracking_uri, start_relay
 from platform.tracking.tables import format_table
 from platform.training.config import load_train_config
-
 
 # ----------------------------------------------------------------------------- CLI
 

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import free_port, validated_epochs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,7 +231,7 @@ class MlflowOutage:
     def uri(self) -> str:
         return self.server.uri
 
-    def __enter__(self) -> "MlflowOutage":
+    def __enter__(self) -> MlflowOutage:
         import threading
 
         self.server.start()

@@ -14,8 +14,8 @@ import sys
 
 import torch
 import torch.distributed as dist
-
 from helpers import smoke_dims
+
 from platform.data import dataset as ds
 from platform.training.config import load_train_config
 from platform.training.context import Context

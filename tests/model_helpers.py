@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-
 from helpers import smoke_dims
+
 from models import build_model, default_config
 from models.inputs import Source
 

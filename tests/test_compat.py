@@ -2,9 +2,9 @@
 versions, and named when one moves."""
 
 import re
-import tomllib
 
 import pytest
+import tomllib
 
 from conftest import ROOT
 from platform import compat

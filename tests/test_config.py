@@ -6,8 +6,8 @@ from typing import Literal
 import pytest
 
 from platform import config as cfg
-from platform.errors import ConfigError
 from platform.data.encode import PrepareConfig
+from platform.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import run_module, sacrebleu_scores
 from platform.data.dataset import PreparedDataset as Dataset
-from platform.training.loop import LocalHooks, fit
 from platform.training.config import load_train_config
 from platform.training.context import Context
+from platform.training.loop import LocalHooks, fit
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ def test_the_purity_check_catches_an_orchestration_import(tmp_path):
 
 def test_ray_cluster_yaml_passes_rays_own_schema():
     import yaml
+
     from platform.compat import validate_cluster_config
 
     config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
@@ -152,6 +153,7 @@ def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
     """The run-time directories (./data, ./runs, ./mlruns) are ignored, excluded from Ray's
     working_dir upload and from ``ray up``'s rsync; the code package ``platform/data`` is none of them."""
     import yaml
+
     from platform.compat import ray_path_spec  # what Ray matches excludes and .gitignore with
     from platform.launch.cluster import RUNTIME_EXCLUDES
 

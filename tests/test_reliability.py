@@ -16,16 +16,16 @@ import time
 
 import pytest
 import torch
+from helpers import free_port, tiny_config
 
 from conftest import ROOT, MlflowServer, run_module
-from helpers import free_port, tiny_config
 from platform import config as config_io
-from platform.errors import ConfigError
 from platform.data.dataset import PreparedDataset as Dataset
-from platform.training.loop import LocalHooks, fit
+from platform.errors import ConfigError
 from platform.training.checkpoint import IncompatibleCheckpoint, load_checkpoint
 from platform.training.config import load_train_config
 from platform.training.context import Context
+from platform.training.loop import LocalHooks, fit
 
 
 def tiny(**model):

@@ -13,7 +13,7 @@ def test_platform_is_our_package_with_the_stdlib_api_under_pytest():
     assert platform.machine()
     assert platform.python_implementation() == "CPython"
     assert pickle.loads(pickle.dumps(platform.uname())) == platform.uname()
-    import platform.config  # noqa: F401  (a subpackage import works)
+    import platform.config
 
 
 def test_platform_works_under_python_dash_m():

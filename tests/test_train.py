@@ -12,9 +12,9 @@ from pathlib import Path
 import mlflow.pyfunc
 import pytest
 import torch
+from helpers import runs_of, validated_epochs
 
 from conftest import ROOT, SECRET, run_module, sacrebleu_scores, wait_for
-from helpers import runs_of, validated_epochs
 from models import MODELS
 from platform import train
 

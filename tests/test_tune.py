@@ -6,10 +6,10 @@ import sys
 import textwrap
 
 import pytest
+from helpers import free_port, runs_of, sweep_args
 from mlflow.tracking import MlflowClient
 
 from conftest import ROOT
-from helpers import free_port, runs_of, sweep_args
 from platform import tune
 
 pytestmark = pytest.mark.slow

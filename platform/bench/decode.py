@@ -11,10 +11,9 @@ from torch import Tensor, nn
 from models import build_model
 from models.inputs import Source
 from models.search import beam_search
-from platform.bench.common import Settings, interleaved_seconds, median_ratio, _fmt
+from platform.bench.common import Settings, _fmt, interleaved_seconds, median_ratio
 from platform.bench.models import model_config, random_source
 from platform.training.config import EvalConfig
-
 
 # ------------------------------------------------------------------------------ decode
 

@@ -29,11 +29,9 @@ from platform.bench.common import (
     peak_flops,
 )
 from platform.data.batching import Batch
-from platform.training.config import TrainConfig
+from platform.training.config import OptimConfig, TrainConfig
 from platform.training.context import Context
-from platform.training.config import OptimConfig
 from platform.training.step import build_optimizer, train_step
-
 
 # ------------------------------------------------------------------------------ models: data and loss
 

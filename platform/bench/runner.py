@@ -37,7 +37,6 @@ from platform.bench.models import bench_models, print_models
 from platform.bench.sweep import bench_sweep, print_sweep
 from platform.bench.trees import bench_trees, print_trees
 
-
 # ------------------------------------------------------------------------------ targets
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from platform.bench.common import ROOT, SKIPPED_NO_RAY, Settings, _fmt, ray_available
 
-
 # ------------------------------------------------------------------------------ Ray: sweep overhead
 
 

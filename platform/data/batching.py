@@ -78,7 +78,7 @@ class Batch:
         """Target tokens incl. EOS: what a loss is averaged over."""
         return int(self.tgt_lengths.sum()) + len(self.tgt_lengths)
 
-    def pin_memory(self) -> "Batch":
+    def pin_memory(self) -> Batch:
         """A copy in page-locked memory, so ``to(cuda, non_blocking=True)`` overlaps the step."""
         pinned = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in pinned.items():
@@ -88,7 +88,7 @@ class Batch:
             pinned["rows"] = self.rows.pin_memory()
         return Batch(**pinned)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in moved.items():
             if isinstance(value, torch.Tensor):
@@ -112,11 +112,11 @@ class PackedRows:
     tgt_in: torch.Tensor  # [R, T] BOS y1..yn BOS z1..zm ... PAD
     tgt_out: torch.Tensor  # [R, T] y1..yn EOS z1..zm EOS ... PAD
 
-    def pin_memory(self) -> "PackedRows":
+    def pin_memory(self) -> PackedRows:
         return PackedRows(source=self.source.pin_memory(), target=self.target.pin_memory(),
                           tgt_in=self.tgt_in.pin_memory(), tgt_out=self.tgt_out.pin_memory())
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "PackedRows":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> PackedRows:
         return PackedRows(source=self.source.to(device), target=self.target.to(device),
                           tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
                           tgt_out=self.tgt_out.to(device, non_blocking=non_blocking))
@@ -192,7 +192,7 @@ class ParquetExamples:
                      src_text=[self.texts["src_text"][i] for i in indices],
                      tgt_text=[self.texts["tgt_text"][i] for i in indices], rows=rows_, **tensors)
 
-    def _packed_column(self, name: str, indices: np.ndarray, spans: "_Spans", shape: tuple[int, int]) -> np.ndarray:
+    def _packed_column(self, name: str, indices: np.ndarray, spans: _Spans, shape: tuple[int, int]) -> np.ndarray:
         """Column ``name`` of the sentences ``indices`` laid out in rows as ``spans`` says."""
         values = self.values[name][np.repeat(self.offsets[name][indices], spans.lengths) + spans.within]
         if name in HEAD_COLUMNS:  # a head is a position: the sentence's own, offset in the row

@@ -185,7 +185,7 @@ class PreparedDataset:
     subword_bytes: dict[str, bytes]
 
     @classmethod
-    def open(cls, directory: str | Path, with_dev: bool = True) -> "PreparedDataset":
+    def open(cls, directory: str | Path, with_dev: bool = True) -> PreparedDataset:
         directory = storage.locate(directory).uri
         meta = read_meta(directory)
         dev = read_examples(directory, "dev") if with_dev else None

@@ -159,7 +159,7 @@ class NounPhrase:
     plural: bool
     definite: bool
     adjectives: list[tuple[int, int]]  # (concept, adjective)
-    relative: "Clause | None" = None
+    relative: Clause | None = None
     gap: str = ""  # which argument of the relative clause the noun fills: "nsubj" | "obj"
 
 
@@ -227,7 +227,7 @@ class Token:
     upos: str
     feats: str = "_"
     deprel: str = ""
-    head: "Token | None" = None
+    head: Token | None = None
     concept: int = -1  # shared with the translation for content words
 
 

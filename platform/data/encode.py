@@ -25,8 +25,7 @@ from models.inputs import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from platform import atomic
 from platform import config as config_io
 from platform.data import dataset as ds
-from platform.data import storage
-from platform.data import demo
+from platform.data import demo, storage
 from platform.data.conllu import Sentence, read_conllu
 from platform.data.subwords import SubwordConfig, SubwordModel, train_subwords
 from platform.data.trees import binary_tree, project_heads, word_depths

@@ -49,7 +49,7 @@ class Location:
 
         return isinstance(self.fs, LocalFileSystem)
 
-    def child(self, name: str) -> "Location":
+    def child(self, name: str) -> Location:
         base, mark, options = self.uri.partition("?")
         return Location(self.fs, f"{self.path.rstrip('/')}/{name}", f"{base.rstrip('/')}/{name}{mark}{options}")
 

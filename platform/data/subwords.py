@@ -77,7 +77,7 @@ class SubwordModel:
         self.processor = spm.SentencePieceProcessor(model_proto=model)
 
     @classmethod
-    def load(cls, path: str | Path) -> "SubwordModel":
+    def load(cls, path: str | Path) -> SubwordModel:
         return cls(Path(path).read_bytes())
 
     def __len__(self) -> int:

@@ -88,7 +88,7 @@ def leave_process_group(destroy: bool) -> None:
 
 
 class NodeBoundTorchBackend(Backend):
-    def on_start(self, worker_group, backend_config: "NodeBoundTorchConfig") -> None:
+    def on_start(self, worker_group, backend_config: NodeBoundTorchConfig) -> None:
         import ray
 
         backend = backend_config.backend or (

@@ -132,7 +132,7 @@ class Space:
             return [(o.metric, o.mode) for o in self.spec.objectives]
         return [(self.spec.metric, self.spec.mode)]
 
-    def with_objectives(self, given: Sequence[str]) -> "Space":
+    def with_objectives(self, given: Sequence[str]) -> Space:
         """The space with ``METRIC:MODE`` objectives (``--objective``) instead of its own."""
         objectives = []
         for text in given:

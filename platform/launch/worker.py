@@ -77,9 +77,9 @@ def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
     """The node's first worker samples the node's CPU, memory, disk, network and GPU into the
     run (``tracking.system``), through rank 0's logger on rank 0's node, its own elsewhere;
     returns the sampler and the logger it uses (None, None on the node's other workers)."""
-    import platform as _platform
-
     import ray.train
+
+    import platform as _platform
 
     if ray.train.get_context().get_local_rank() != 0:
         return None, None
@@ -142,9 +142,9 @@ class RayHooks:
         self.logger = HeldTime(lambda: RunLogger(tracking_uri, run_id)) if rank == 0 else None
         self.num_parameters = 0.0  # set by wrap
         if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
-            import platform as _platform
-
             import ray
+
+            import platform as _platform
 
             self.logger.tag("node_id", ray.get_runtime_context().get_node_id())
             self.logger.tag("hostname", _platform.node())

@@ -10,7 +10,15 @@ from typing import Any
 
 from platform.tracking import model
 from platform.tracking.artifacts import files_of, upload_bytes
-from platform.tracking.store import client, log_metrics, log_missing_metrics, metric_steps, on_client, run_tags, server_down
+from platform.tracking.store import (
+    client,
+    log_metrics,
+    log_missing_metrics,
+    metric_steps,
+    on_client,
+    run_tags,
+    server_down,
+)
 
 
 class RunLogger:
@@ -141,7 +149,7 @@ class RunLogger:
                 what, call = entry
                 try:
                     call()
-                except Exception as error:  # noqa: BLE001 - decide below whether it is an outage
+                except Exception as error:
                     if not self.keep_going:
                         self._remove(entry)
                         raise

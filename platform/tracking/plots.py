@@ -8,10 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import ticker  # noqa: E402
-import numpy as np  # noqa: E402
-import warnings  # noqa: E402
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib import ticker
 
 warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)  # CJK labels
 

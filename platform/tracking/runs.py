@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 

@@ -48,7 +48,7 @@ class SystemMetrics:
         self._thread = threading.Thread(target=self._loop, name="nmt-system-metrics", daemon=True)
         self._lock = threading.Lock()
 
-    def start(self) -> "SystemMetrics":
+    def start(self) -> SystemMetrics:
         self._thread.start()
         return self
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+
 @dataclass
 class Context:
     """Where this process trains: rank, world size, device, and how to sum across ranks."""
@@ -33,7 +34,7 @@ class Context:
     def autocast(self) -> bool:
         return self.amp_dtype is not None
 
-    def with_precision(self, setting: str) -> "Context":
+    def with_precision(self, setting: str) -> Context:
         """This context at the config's ``precision`` (``auto``: by the device), with a gradient
         scaler for fp16, whose small exponent range would flush small gradients to zero."""
         precision = chosen_precision(setting, self.device)
@@ -41,7 +42,7 @@ class Context:
         return dataclasses.replace(self, precision=precision, scaler=scaler)
 
     @classmethod
-    def from_torch_distributed(cls, device: torch.device) -> "Context":
+    def from_torch_distributed(cls, device: torch.device) -> Context:
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):

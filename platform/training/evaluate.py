@@ -10,11 +10,10 @@ import torch
 from torch import nn
 
 from models.search import best_hypotheses
+from platform.training.config import TrainConfig
 from platform.training.context import Context
 from platform.training.loss import loss_sums, parse_targets, teacher_forcing, to_source
 from platform.training.metrics import head_accuracy, translation_scores
-
-from platform.training.config import TrainConfig
 
 if TYPE_CHECKING:
     from platform.data.batching import Batch, ParquetExamples

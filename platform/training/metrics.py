@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-
+from functools import cache
 from typing import Literal
 
 import torch
+
 
 @dataclass(frozen=True)
 class Shown:
@@ -75,7 +75,7 @@ def keeps_tokens(lang: str) -> bool:
     return lang not in UNSPACED and len(lang) != 2
 
 
-@lru_cache(maxsize=None)
+@cache
 def detokenizer(lang: str) -> Callable[[str], str]:
     """Tokenized text (words separated by spaces) → running text in ``lang``."""
     if lang in UNSPACED:

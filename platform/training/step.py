@@ -18,10 +18,9 @@ import torch
 from torch import nn
 
 from models import build_model
+from platform.training.config import OptimConfig, TrainConfig
 from platform.training.context import Context, seed_everything
 from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing
-
-from platform.training.config import OptimConfig, TrainConfig
 
 if TYPE_CHECKING:
     from platform.data.batching import Batch

@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 import sentencepiece as spm
-
 from helpers import benchmark_module
+
 from platform.data import dataset as ds
 
 

@@ -5,8 +5,8 @@ Transformer rows are also scored on averaged weights, as Vaswani et al. evaluate
 import os
 
 import pytest
-
 from helpers import benchmark_module
+
 from platform.data import dataset as ds
 from platform.data import storage
 

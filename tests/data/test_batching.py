@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from platform.data import dataset as ds
 from models.inputs import BOS_ID, EOS_ID, PAD_ID
+from platform.data import dataset as ds
 from platform.data.batching import BatchingConfig, ShardedBatches
 
 

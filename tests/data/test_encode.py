@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from helpers import assert_full_binary_tree
 
 from conftest import run_module
-from helpers import assert_full_binary_tree
 from platform.data import dataset as ds
 from platform.data.conllu import read_conllu
 from platform.data.subwords import UNK_ID, SubwordModel

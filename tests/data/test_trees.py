@@ -3,8 +3,8 @@
 import random
 
 import pytest
-
 from helpers import assert_full_binary_tree
+
 from platform.data.trees import binary_tree, depths, project_heads, word_depths
 
 # "My father bought a red car ." (Omote et al. 2019, Table 1), word heads 0-based, root -1

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import end_ray_processes_under, free_port, runs_of
 
 from conftest import ROOT, wait_for
-from helpers import end_ray_processes_under, free_port, runs_of
 
 pytestmark = pytest.mark.slow
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import runs_of, sweep_args, validated_epochs
 
 from conftest import ROOT, MlflowServer, wait_for
-from helpers import runs_of, sweep_args, validated_epochs
 from platform import train, tune
 from platform.compat import train_worker_pids
 from platform.launch.cluster import cluster_records

@@ -21,10 +21,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers import end_ray_processes_under, free_port, runs_of
 from mlflow.tracking import MlflowClient
 
 from conftest import ROOT, MotoServer, require_module
-from helpers import end_ray_processes_under, free_port, runs_of
 
 BUCKET = "nmt"
 pytestmark = pytest.mark.slow

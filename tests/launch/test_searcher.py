@@ -11,7 +11,14 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
 from platform import tune
 from platform.errors import ConfigError, UserError
-from platform.launch.searcher import SearchSettings, check_settings, grid_size, make_sampler, make_scheduler, make_searcher
+from platform.launch.searcher import (
+    SearchSettings,
+    check_settings,
+    grid_size,
+    make_sampler,
+    make_scheduler,
+    make_searcher,
+)
 from platform.launch.spaces import load_space
 from platform.launch.study import MIN_COMPLETE, importance_study, study_plots
 from platform.launch.summary import mark_pareto_front

@@ -5,8 +5,8 @@ import pytest
 from conftest import run_module
 from models import build_model
 from platform.errors import ConfigError, UserError
-from platform.launch.spaces import load_space
 from platform.launch.searcher import make_searcher, study_of
+from platform.launch.spaces import load_space
 from platform.training.config import load_train_config
 from search_spaces import SPACES
 

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from model_helpers import random_source, random_target, tiny_model
+
 from models import build_model, default_config
 from models.dbsa import IGNORE_INDEX, BiaffineParseHead, decoder_parse_targets, encoder_parse_targets
 from models.inputs import Source

@@ -9,12 +9,12 @@ in float32, tree buffers keep their dtype, and every model trains a step under a
 
 import pytest
 import torch
-
 from helpers import tiny_config
 from model_helpers import tree_source
+
 from models import MODELS, build_model, default_config
 from models.rnn import LeafEncoder
-from models.tree import TreeGRUCell, TreeSchedule, bottom_up, BinaryTreeLSTMCell
+from models.tree import BinaryTreeLSTMCell, TreeGRUCell, TreeSchedule, bottom_up
 from platform.bench.models import random_batch
 from platform.training.context import Context
 from platform.training.step import build_optimizer, train_step

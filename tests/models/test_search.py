@@ -4,8 +4,8 @@ beam ≥ greedy by the length-penalised model score, batched = one sentence at a
 import pytest
 import torch
 import torch.nn.functional as F
-
 from model_helpers import random_source, select, tiny_model
+
 from models import build_model, default_config
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, Source
 from models.search import beam_search, greedy_search, length_penalty, reorder

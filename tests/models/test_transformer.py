@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from model_helpers import TGT_VOCAB, TRANSFORMERS, random_source, random_target, select, tiny_model
+
 from models import MODELS, build_model, default_config
 from models.inputs import ModelOutput, Packing, Source
 

@@ -3,9 +3,9 @@ gumbel_tree (Currey & Heafield 2018)."""
 
 import pytest
 import torch
-
 from helpers import assert_full_binary_tree
 from model_helpers import random_target, select, tiny_rnn, tree_source
+
 from models import build_model, default_config
 from models.gumbel import segment_cumsum, segment_st_gumbel
 from models.inputs import Source

@@ -6,15 +6,15 @@ import mlflow
 import mlflow.pyfunc
 import pytest
 import torch
+from helpers import tiny_config
 from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 
-from helpers import tiny_config
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.tracking import model as mlflow_model
-from platform.tracking.artifacts import files_of
 from platform.tracking import runs
+from platform.tracking.artifacts import files_of
 from platform.tracking.logger import RunLogger
 from platform.training.checkpoint import checkpoint_state, save_checkpoint
 from platform.training.context import Context

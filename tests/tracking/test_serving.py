@@ -12,9 +12,9 @@ import sys
 import urllib.request
 
 import pytest
+from helpers import free_port, tiny_config
 
 from conftest import ROOT, wait_for
-from helpers import free_port, tiny_config
 from platform.data.dataset import PreparedDataset
 from platform.training.config import load_train_config
 from platform.training.context import Context

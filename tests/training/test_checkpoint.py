@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from helpers import tiny_config
+
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.checkpoint import checkpoint_state, load_checkpoint, restore, save_checkpoint

@@ -3,8 +3,8 @@ checkpoints every N updates, the best-checkpoint metric, exact mid-epoch resumin
 
 import pytest
 import torch
-
 from helpers import tiny_config
+
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.context import Context
 from platform.training.loop import LocalHooks, fit

@@ -5,6 +5,7 @@ import sacrebleu
 
 from platform.training.metrics import detokenizer, translation_scores
 
+
 def test_bleu_matches_sacrebleu_on_detokenized_text():
     hyps = ["it 's a pen .", "he was there ."]
     refs = ["it 's a pen .", "he is there ."]

@@ -3,8 +3,8 @@ the CPU against float32 for a few updates, as far as a CPU can show it."""
 
 import pytest
 import torch
-
 from helpers import tiny_config
+
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.training.checkpoint import checkpoint_state, restore

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import ROOT
 from models import MODELS, build_model
-from platform.training import recipes
 from platform.errors import ConfigError
+from platform.training import recipes
 from platform.training.config import resolve_config
 
 

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 import torch
-
-from conftest import ROOT
 from ddp_step import config_of
 from helpers import tiny_config
+
+from conftest import ROOT
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.context import Context

@@ -5,6 +5,7 @@ import pytest
 from platform.errors import ConfigError
 from platform.training.config import resolve_config
 
+
 def test_resolved_train_config_is_strict(tmp_path):
     config = resolve_config("dbsa", "cpu", overrides=["model.p_enc=1", "optim.lr=5e-4"])
     assert config.model.p_enc == 1 and config.optim.lr == 5e-4 and config.model.d_model == 128
