@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "launch")]
+# the tests' folders first, so that ``conftest`` is tests/conftest.py rather than the repository root's
+sys.path[:0] = [str(ROOT / "tests" / "launch"), str(ROOT / "tests"), str(ROOT)]
 
 from test_no_shared_disk import HiddenNodeCluster  # noqa: E402  (test infrastructure, reused)
 
@@ -57,9 +58,10 @@ def main() -> int:
         began = time.time()
         result = subprocess.run(
             [sys.executable, "-m", "platform.train", "--model", "dbsa", *size_flags, "--workers", "2",
-             "--cpus-per-worker", "1", "--max-epochs", str(args.max_epochs), "--set", f"max_steps_per_epoch={args.steps}",
-             "--address", cluster.address, "--storage-path", str(shared / "runs"), "--tracking-uri",
-             f"http://127.0.0.1:{port}", "--name", "costs", "--experiment", "costs"],
+             "--cpus-per-worker", "1", "--max-epochs", str(args.max_epochs),
+             "--set", f"max_steps_per_epoch={args.steps}", "--address", cluster.address,
+             "--storage-path", str(shared / "runs"), "--tracking-uri", f"http://127.0.0.1:{port}",
+             "--name", "costs", "--experiment", "costs"],
             cwd=work, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=1800)
         wall = time.time() - began
         if result.returncode != 0:
@@ -74,9 +76,11 @@ def main() -> int:
                                            r"artifact upload: \1/", path) for path in paths)
         read_per_worker = sum((copies[0] / name).stat().st_size for name in ("train.parquet", "src.model", "tgt.model"))
         stored = sum(p.stat().st_size for p in (work / "artifacts").rglob("*") if p.is_file())
-        print(f"| piece | measured ({args.size} size, 2 workers, {args.max_epochs} epochs of {args.steps} updates, {wall:.0f} s) |")
+        print(f"| piece | measured ({args.size} size, 2 workers, {args.max_epochs} epochs of {args.steps} updates, "
+              f"{wall:.0f} s) |")
         print("|---|---|")
-        print(f"| dataset copied once to the storage | {dataset_bytes / 1e6:.2f} MB ({len(list(copies[0].rglob('*')))} files) |")
+        print(f"| dataset copied once to the storage | {dataset_bytes / 1e6:.2f} MB "
+              f"({len(list(copies[0].rglob('*')))} files) |")
         print(f"| read by each Train worker at its start | {read_per_worker / 1e6:.2f} MB (train split and subword "
               f"models; rank 0 also the dev split) |")
         print(f"| MLflow artifacts stored for the run | {stored / 1e6:.2f} MB |")
@@ -116,7 +120,7 @@ def _wait_health(uri: str) -> None:
 
     for _ in range(300):
         try:
-            urllib.request.urlopen(f"{uri}/health", timeout=2)
+            urllib.request.urlopen(f"{uri}/health", timeout=2)  # noqa: S310 - always the local http:// server
             return
         except OSError:
             time.sleep(0.5)

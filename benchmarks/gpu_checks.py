@@ -36,6 +36,7 @@ from platform.data.dataset import PreparedDataset  # noqa: E402
 from platform.training.checkpoint import checkpoint_state, save_checkpoint  # noqa: E402
 from platform.training.config import resolve_config  # noqa: E402
 from platform.training.context import Context  # noqa: E402
+from platform.training.loop import new_progress  # noqa: E402
 from platform.training.step import build_training, train_step  # noqa: E402
 
 DEVICE = os.environ.get("GPU_CHECKS_DEVICE", "cuda")  # cpu: a quick dry run of the script itself
@@ -89,8 +90,7 @@ def precision(args) -> dict:
     results = {}
     for name in args.models.split(","):
         config, model, opt, sched, sampler, fp32, fp32_rate = train(name, dataset, args.updates, bf16=False)
-        progress = {"epoch": 1, "step": args.updates, "history": [], "best_bleu": -1.0, "best_epoch": 1,
-                    "bad_epochs": 0}
+        progress = {**new_progress(), "epoch": 1, "step": args.updates}
         save_checkpoint(checkpoint_state(model, opt, sched, sampler, config, progress, dataset.subword_bytes,
                                          dataset.meta), out_dir / f"{name}.pt")
         *_, bf16, bf16_rate = train(name, dataset, args.updates, bf16=True)
@@ -183,8 +183,8 @@ def step(args) -> dict:
 
     from platform.bench.models import transformer_train_flops
     flops = transformer_train_flops(config, batch.tgt_ids.shape[0], args.length, args.length, 8000)
-    for label, fused, compiled in (("default", False, False), ("fused_adam", True, False), ("default_again", False, False),
-                                   ("compiled", False, True)):
+    for label, fused, compiled in (("default", False, False), ("fused_adam", True, False),
+                                   ("default_again", False, False), ("compiled", False, True)):
         if compiled and args.no_compile:
             continue
         began = time.perf_counter()
@@ -226,7 +226,7 @@ def attention_variants(batch: int, length: int, heads: int, head_dim: int) -> di
                 "no_mask": {}}
     out = {}
     for name, kwargs in variants.items():
-        def run():
+        def run(kwargs=kwargs):
             F.scaled_dot_product_attention(q, k, v, **kwargs).sum().backward()
         for _ in range(5):
             run()
@@ -319,8 +319,9 @@ def main() -> int:
     if args.command == "one":
         print(json.dumps(result))
     elif args.out:
-        Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "torch": torch.__version__,
-                                              "results": result}, indent=1))
+        device = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+        Path(args.out).write_text(json.dumps({"device": device, "torch": torch.__version__, "results": result},
+                                             indent=1))
     return 0
 
 

@@ -141,13 +141,14 @@ def export_for_joeynmt(data: Path, out: Path) -> dict[str, str]:
     for split in ("train", "dev", "test"):
         table = pq.read_table(data / f"{split}.parquet", columns=["src_text", "tgt_text"])
         for column, lang in (("src_text", src), ("tgt_text", tgt)):
-            (out / f"{split}.{lang}").write_text("\n".join(table.column(column).to_pylist()) + "\n", encoding="utf-8")
+            (out / f"{split}.{lang}").write_text("\n".join(table.column(column).to_pylist()) + "\n",
+                                                 encoding="utf-8")
     for side in ("src", "tgt"):
         model = spm.SentencePieceProcessor(model_file=str(data / f"{side}.model"))
         specials = {"<unk>", "<pad>", "<s>", "</s>"}
         pieces = [model.id_to_piece(i) for i in range(model.get_piece_size())]
-        (out / f"{side}.vocab").write_text("\n".join(["<unk>", "<pad>", "<s>", "</s>"]
-                                                     + [p for p in pieces if p not in specials]) + "\n", encoding="utf-8")
+        vocab = ["<unk>", "<pad>", "<s>", "</s>"] + [p for p in pieces if p not in specials]
+        (out / f"{side}.vocab").write_text("\n".join(vocab) + "\n", encoding="utf-8")
         (out / f"{side}.model").write_bytes((data / f"{side}.model").read_bytes())
     return {"src": src, "tgt": tgt}
 
@@ -187,8 +188,9 @@ def joeynmt_config(config, exported: Path, langs: dict[str, str], model_dir: Pat
     model, optim = config.model, config.optim
 
     def side(name: str, lang: str) -> dict:
-        return {"lang": lang, "level": "bpe", "lowercase": False, "normalize": False, "voc_file": str(exported / f"{name}.vocab"),
-                "tokenizer_type": "sentencepiece", "tokenizer_cfg": {"model_file": str(exported / f"{name}.model")}}
+        return {"lang": lang, "level": "bpe", "lowercase": False, "normalize": False,
+                "voc_file": str(exported / f"{name}.vocab"), "tokenizer_type": "sentencepiece",
+                "tokenizer_cfg": {"model_file": str(exported / f"{name}.model")}}
 
     def stack(layers: int) -> dict:
         return {"type": "transformer", "num_layers": layers, "num_heads": model.num_heads, "hidden_size": model.d_model,
@@ -203,9 +205,9 @@ def joeynmt_config(config, exported: Path, langs: dict[str, str], model_dir: Pat
                  "src": side("src", langs["src"]), "trg": side("tgt", langs["tgt"])},
         "testing": {"beam_size": 1, "batch_size": config.eval.max_tokens, "batch_type": "token",
                     "max_output_length": 200, "eval_metrics": ["bleu"], "sacrebleu_cfg": {"tokenize": "13a"}},
-        "training": {"model_dir": str(model_dir), "overwrite": True, "optimizer": "adam", "adam_betas": list(optim.betas),
-                     "scheduling": "warmupinversesquareroot", "learning_rate": optim.lr,
-                     "learning_rate_warmup": optim.warmup_steps, "learning_rate_min": 1e-8,
+        "training": {"model_dir": str(model_dir), "overwrite": True, "optimizer": "adam",
+                     "adam_betas": list(optim.betas), "scheduling": "warmupinversesquareroot",
+                     "learning_rate": optim.lr, "learning_rate_warmup": optim.warmup_steps, "learning_rate_min": 1e-8,
                      "clip_grad_norm": optim.clip_norm or None, "label_smoothing": optim.label_smoothing,
                      "weight_decay": optim.weight_decay, "loss": "crossentropy", "normalization": "tokens",
                      "batch_type": "token", "batch_size": batch_size, "epochs": 10_000, "updates": max(at),
@@ -318,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             curve = platform_curve(args.data, seed, at, args.overrides, args.threads, args.seconds, args.model)
         else:
             args.work.mkdir(parents=True, exist_ok=True)
-            curve = joeynmt_curve(setup_peer(args.peer_venv), args.data, seed, at, args.overrides, args.threads, args.work)
+            curve = joeynmt_curve(setup_peer(args.peer_venv), args.data, seed, at, args.overrides, args.threads,
+                                  args.work)
         for update, metrics in curve:
             line = json.dumps({"label": label, "seed": seed, "update": update, **metrics})
             print(line, flush=True)

@@ -1,12 +1,12 @@
 """The papers' comparisons on real Japanese–English data, run with the platform itself.
 
     python benchmarks/study.py --tanaka ../shared/data/tanaka-enja --epochs 2 --seeds 1
-    python benchmarks/study.py --table-only          # rebuild docs/results.md from MLflow
+    python benchmarks/study.py --table-only          # rebuild docs/results_table.md from MLflow
 
 Every row is a paper recipe (``platform/training/recipes.py``, e.g. ``deguchi2019/enc+dec``: that table
 row's own settings) trained by ``platform.train`` (Ray Train, one worker) at one size with
 the same budget (epochs over the same data, the same token batch and optimiser), evaluated on
-the test set with ``platform.evaluate --run`` (beam 4, α 0.6), all in the MLflow experiment
+the test set with ``platform.evaluate --run`` (decoding as the recipe says), all in the MLflow experiment
 ``tanaka-study`` (tags ``study_row``, ``seed``).  Finished (row, seed) pairs are skipped, so an
 interrupted study continues where it stopped.  The table (test BLEU ± std over seeds,
 tokenized BLEU, chrF, UAS of the DBSA heads, parameters, training tokens/s and the paired
@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))  # the repository's platform package, not the stan
 # Deguchi's and Omote's Transformer baselines are the same config, so it runs once for both.
 TABLES: dict[str, tuple[str, list[str]]] = {
     "Deguchi et al. 2019, Table 2 (dependency-based self-attention)":
-        ("deguchi2019/baseline", ["deguchi2019/baseline", "deguchi2019/enc", "deguchi2019/dec", "deguchi2019/enc+dec"]),
+        ("deguchi2019/baseline", ["deguchi2019/baseline", "deguchi2019/enc", "deguchi2019/dec",
+                                  "deguchi2019/enc+dec"]),
     "Omote et al. 2019, Table 2 (dependency-based relative positions)":
         ("deguchi2019/baseline", ["deguchi2019/baseline", "omote2019/rel", "omote2019/dep", "omote2019/dep+rel"]),
     "Yang et al. 2017, Tables 3-4 (bidirectional hierarchical tree-GRU)":
@@ -58,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tanaka", default=str(Path(os.environ.get("NMT_TEST_DATA") or ROOT.parent / "shared" / "data")
                                                   / "tanaka-enja"),
                         help="the tanaka-enja directory (CoNLL-U pairs)")
-    parser.add_argument("--dataset", default=str(ROOT / "data" / "tanaka-ja-en"), help="prepared dataset (made if missing)")
+    parser.add_argument("--dataset", default=str(ROOT / "data" / "tanaka-ja-en"),
+                        help="prepared dataset (made if missing)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seeds", type=int, default=1, help="seeds per row (1, 2, ...)")
     parser.add_argument("--rows", nargs="*", default=ROWS, help="rows (recipe names) to run (default all)")
@@ -76,7 +78,7 @@ def prepare(args) -> str:
     """The prepared Tanaka dataset (``--dataset``: a directory or a URI such as s3://...), made
     once if it is not there (through the dataset I/O layer, like ``platform.prepare --out``)."""
     from platform.data import dataset as ds
-    from platform.data.encode import resolve_dataset
+    from platform.data.builtin import resolve_dataset
 
     if ds.is_prepared(args.dataset):
         return resolve_dataset(args.dataset)
@@ -98,8 +100,9 @@ def finished_runs(client, experiment: str) -> list:
 
 def run_row(row: str, seed: int, args, dataset: str) -> None:
     from platform.data.dataset import DatasetRef
-    from platform.inference import Trained, log_test_results, write_outputs
+    from platform.inference import Trained, write_outputs
     from platform.launch.driver import Job, run
+    from platform.tracking.run_files import log_test_results
     from platform.training.config import resolve_config
     from platform.training.recipes import get_recipe
 
@@ -109,10 +112,9 @@ def run_row(row: str, seed: int, args, dataset: str) -> None:
     config = resolve_config(get_recipe(row).model, "sweep", recipe=row, max_epochs=args.epochs,
                             overrides=[f"{k}={json.dumps(v)}" for k, v in settings.items()])
     slug = row.replace("/", "-").replace("+", "-")
-    job = Job(dataset=DatasetRef(name=dataset, location=dataset), workers=1, gpus_per_worker=args.gpus_per_worker, cpus_per_worker=2.0,
-                    experiment=args.experiment,
-                    tracking_uri=args.tracking_uri, run_name=f"{slug}-s{seed}-{int(time.time())}",
-                    storage_path=args.storage_path, max_failures=1)
+    job = Job(dataset=DatasetRef(name=dataset, location=dataset), workers=1, gpus_per_worker=args.gpus_per_worker,
+              cpus_per_worker=2.0, experiment=args.experiment, tracking_uri=args.tracking_uri,
+              run_name=f"{slug}-s{seed}-{int(time.time())}", storage_path=args.storage_path, max_failures=1)
     started = time.time()
     run_id = run(config, job, tags={"study_row": row, "recipe": row, "seed": str(seed)})
     tanaka = Path(args.tanaka)
@@ -180,15 +182,21 @@ def table(args) -> str:
     lines = []
     with tempfile.TemporaryDirectory() as scratch:
         for paper, (baseline, rows) in TABLES.items():
-            lines += [f"### {paper}", "", "| row | seeds | test BLEU | BLEU, last epochs averaged | BLEU (tok) | chrF | "
-                      "UAS enc/dec | params | train tok/s | p vs " + baseline + " |", "|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [f"### {paper}", "",
+                      "| row | seeds | test BLEU | BLEU, last epochs averaged | BLEU (tok) | chrF | "
+                      "UAS enc/dec | params | train tok/s | p vs " + baseline + " |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             for row in rows:
                 seeds = by_row.get(row, {})
                 if not seeds:
                     lines.append(f"| {row} | 0 | (not run) | | | | | | | |")
                     continue
-                metric = lambda key: [r.data.metrics[key] for r in seeds.values() if key in r.data.metrics]  # noqa: E731
-                uas = "/".join(f"{statistics.mean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k)) or "–"
+
+                def metric(key: str, seeds: dict[str, Any] = seeds) -> list[float]:
+                    return [r.data.metrics[key] for r in seeds.values() if key in r.data.metrics]
+
+                uas = "/".join(f"{statistics.mean(metric(k)):.3f}"
+                               for k in ("test_uas_enc", "test_uas_dec") if metric(k)) or "–"
                 params = metric("num_parameters")
                 pvalues = [p_value(client, run.info.run_id, by_row[baseline][seed].info.run_id, Path(scratch))
                            for seed, run in seeds.items() if seed in by_row.get(baseline, {})]
@@ -196,9 +204,9 @@ def table(args) -> str:
                 averaged = next((key for run in seeds.values() for key in sorted(run.data.metrics)
                                  if key.startswith("test_avg") and key.endswith("_bleu")), None)
                 shown = f"{mean_std(metric(averaged))} ({averaged.split('_')[1][3:]})" if averaged else "–"
-                lines.append(f"| {row} | {len(seeds)} | {mean_std(metric('test_bleu'))} | {shown} | {mean_std(metric('test_bleu_tok'))} | "
-                             f"{mean_std(metric('test_chrf'))} | {uas} | {int(params[0]):,} | "
-                             f"{statistics.mean(metric('tokens_per_s')):,.0f} | "
+                lines.append(f"| {row} | {len(seeds)} | {mean_std(metric('test_bleu'))} | {shown} | "
+                             f"{mean_std(metric('test_bleu_tok'))} | {mean_std(metric('test_chrf'))} | {uas} | "
+                             f"{int(params[0]):,} | {statistics.mean(metric('tokens_per_s')):,.0f} | "
                              f"{', '.join(f'{p:.3f}' for p in pvalues) if pvalues else '–'} |")
             lines.append("")
     return "\n".join(lines)
@@ -214,7 +222,8 @@ def main(argv=None) -> int:
 
         dataset = prepare(args)
         done = {(r.data.tags.get("study_row"), r.data.tags.get("seed"))
-                for r in finished_runs(MlflowClient(args.tracking_uri), args.experiment) if "test_bleu" in r.data.metrics}
+                for r in finished_runs(MlflowClient(args.tracking_uri), args.experiment)
+                if "test_bleu" in r.data.metrics}
         for seed in range(1, args.seeds + 1):
             for row in args.rows:
                 if (row, str(seed)) not in done:

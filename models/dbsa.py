@@ -25,8 +25,9 @@ log 25 ≈ 3.2, and with λ = 1 it dominates the first updates.  Like the author
 ``1/√2`` and ``u`` with zeros, so an untrained head starts near uniform over the allowed keys:
 within half a nat of log n at paper size, where the head in layer 4 reads a LayerNorm output,
 and within 2 nats in the platform's small presets, where the head in layer 1 reads the scaled
-embeddings (tests/models/test_dbsa.py checks both on the real presets).  Dozat & Manning's zero-initialised biaffine would start
-exactly uniform; we follow the release the paper's numbers came from.
+embeddings (tests/models/test_dbsa.py checks both on the real presets).  Dozat & Manning's
+zero-initialised biaffine would start exactly uniform; we follow the release the paper's numbers
+came from.
 
 **Decoder positions.**  The paper masks the decoder head causally (its Figure 3) but does not
 say at which position a target token's head is supervised.  By default (``"output"``) we do

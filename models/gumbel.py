@@ -48,7 +48,8 @@ def segment_st_gumbel(scores: Tensor, segment: Tensor, num_segments: int, tau: f
     top = scores.new_full((num_segments,), float("-inf")).scatter_reduce(0, segment, scores, "amax")
     index = torch.arange(len(scores), device=scores.device)
     first_top = torch.where(scores == top[segment], index, len(scores))
-    winner = torch.full((num_segments,), len(scores), device=scores.device).scatter_reduce(0, segment, first_top, "amin")
+    winner = torch.full((num_segments,), len(scores), device=scores.device)
+    winner = winner.scatter_reduce(0, segment, first_top, "amin")
     hard = (index == winner[segment]).to(scores.dtype)
     if not training:
         return hard, hard
@@ -73,7 +74,7 @@ class GumbelTreeEncoder(nn.Module):
         self.cell = BinaryTreeLSTMCell(dim)
         self.query = nn.Parameter(torch.empty(dim).normal_(0.0, dim ** -0.5))  # q, eq. 4
         self.tau = config.gumbel_tau
-        self.top_down = TopDownGRU(dim, shared=True, cell=config.top_down_cell) if config.top_down else None
+        self.top_down = TopDownGRU(dim, shared=True) if config.top_down else None
 
     def forward(self, src: Source) -> Memory:
         states, parent = self.compose(src)
@@ -118,7 +119,7 @@ class GumbelTreeEncoder(nn.Module):
 
         Runs in float32 even under autocast: the straight-through selection needs
         1 − cumsum(select) to be exactly 0 or 1 for the pairs beside the merge, which bf16's
-        8-bit mantissa does not keep (and the mixed dtypes broke ``index_add`` on CUDA)."""
+        8-bit mantissa does not keep (and ``index_add`` on CUDA needs one dtype)."""
         left, right = pairs, pairs + 1
         segment = sentence[left]  # [Q] sentence of each candidate pair
         new_h, new_c = self.cell(h[left], c[left], h[right], c[right])  # eq. 1-3, all pairs at once
@@ -139,8 +140,3 @@ class GumbelTreeEncoder(nn.Module):
         ids_next = torch.where(hard_cumulative == 0, ids[left],
                                torch.where(hard.bool(), torch.full_like(ids[left], new_id), ids[right]))
         return h_next, c_next, segment, ids_next, (rows, phrase[rows])
-
-    @torch.no_grad()
-    def induced_trees(self, src: Source) -> Tensor:
-        """The trees the encoder builds (greedy selection when in eval mode): parents [B, 2S-1]."""
-        return self.compose(src)[1]

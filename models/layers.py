@@ -73,8 +73,8 @@ class MultiHeadAttention(nn.Module):
         return self.output(merged), parse_logprobs
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, labels: RelativeLabels) -> Tensor:
-        relative = [(table, lab) for table, lab in ((self.rel_position, labels.position), (self.rel_depth, labels.depth))
-                    if table is not None]
+        tables = ((self.rel_position, labels.position), (self.rel_depth, labels.depth))
+        relative = [(table, lab) for table, lab in tables if table is not None]
         if any(lab is None for _, lab in relative):
             raise ValueError("relative attention called without its labels")
         dropout = self.dropout if self.training else 0.0
@@ -132,7 +132,8 @@ class Residual(nn.Module):
 def sinusoidal_positions(length: int, d_model: int, offset: int = 0, device: torch.device | None = None) -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (Vaswani §3.5): [length, D]."""
     position = torch.arange(offset, offset + length, device=device, dtype=torch.float32)[:, None]
-    frequency = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    even = torch.arange(0, d_model, 2, device=device, dtype=torch.float32)  # 2i
+    frequency = torch.exp(even * (-math.log(10000.0) / d_model))
     table = torch.zeros(length, d_model, device=device)
     table[:, 0::2] = torch.sin(position * frequency)
     table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])

@@ -47,7 +47,6 @@ class RNNConfig:
     tree_cell: Literal["gru", "lstm"] = "lstm"
     # hier_tree_gru (Yang et al. 2017) and gumbel_tree (Currey & Heafield 2018)
     top_down: bool = True  # the top-down pass (Table 3 switch / their §3.3)
-    top_down_cell: Literal["paper", "torch"] = "paper"  # the top-down GRU: U(r ⊙ h) (models/tree.py) or nn.GRUCell
     gate: Gate = "learned"  # hier_tree_gru: β weighting lexical vs phrase context (eq. 4)
     gumbel_tau: float = 0.5  # gumbel_tree: Gumbel-softmax temperature (paper: 0.5)
 
@@ -126,8 +125,7 @@ class LeafEncoder(nn.Module):
 
         The RNN runs in float32 under autocast: PyTorch's autocast casts a cuDNN RNN to float16
         whatever dtype it was asked for (bf16 here), and float16 gradients without loss scaling
-        can underflow.  On an H100 the bf16 runs of the RNN models had float16 leaf states
-        before this (docs/performance.md, "GPU")."""
+        can underflow."""
         x = self.dropout(self.embed(src.ids))  # [B, S, E]
         with torch.autocast(x.device.type, enabled=False):
             packed = pack_padded_sequence(x.float(), src.lengths.cpu(), batch_first=True, enforce_sorted=False)

@@ -46,7 +46,8 @@ def reorder(obj: Any, order: Tensor) -> Any:
     if isinstance(obj, Tensor):
         return obj.index_select(0, order)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: reorder(getattr(obj, f.name), order) for f in dataclasses.fields(obj)})
+        return dataclasses.replace(obj, **{f.name: reorder(getattr(obj, f.name), order)
+                                           for f in dataclasses.fields(obj)})
     if isinstance(obj, dict):
         return {key: reorder(value, order) for key, value in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -71,7 +72,8 @@ def greedy_search(model, src: Source, *, alpha: float = 0.6, max_len_a: float = 
         forced = step + 1 >= limit  # the last allowed token must be EOS
         log_probs[forced] = _only(log_probs[forced], eos_id)
         chosen = log_probs.argmax(dim=-1)  # [B]
-        log_probs_sum += torch.where(finished, torch.zeros_like(log_probs_sum), log_probs.gather(1, chosen[:, None])[:, 0])
+        chosen_log_prob = log_probs.gather(1, chosen[:, None])[:, 0]  # [B]
+        log_probs_sum += torch.where(finished, torch.zeros_like(log_probs_sum), chosen_log_prob)
         for b in torch.nonzero(~finished & (chosen != eos_id)).flatten().tolist():
             outputs[b].append(int(chosen[b]))
         finished |= chosen == eos_id

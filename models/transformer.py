@@ -86,7 +86,8 @@ class TransformerConfig:
         self._validate_syntax()
 
     def _validate_syntax(self) -> None:
-        for key, layer, count in (("p_enc", self.p_enc, self.num_encoder_layers), ("p_dec", self.p_dec, self.num_decoder_layers)):
+        for key, layer, count in (("p_enc", self.p_enc, self.num_encoder_layers),
+                                  ("p_dec", self.p_dec, self.num_decoder_layers)):
             if layer is not None and not 1 <= layer <= count:
                 raise ValueError(f"{key}={layer} is outside layers 1..{count}")
         if (self.p_enc is not None or self.p_dec is not None) and self.num_heads < 2:
@@ -101,7 +102,8 @@ class TransformerConfig:
             raise ValueError("use_dep needs dep_keys, dep_values or both")
         parse = self.p_enc is not None or self.p_dec is not None
         if self.name == "transformer" and (self.use_rel or self.use_dep or parse):
-            raise ValueError("'transformer' is the plain baseline: use transformer_rel, deprel or dbsa for syntax/relative terms")
+            raise ValueError("'transformer' is the plain baseline: use transformer_rel, deprel or dbsa "
+                             "for syntax/relative terms")
         if self.name == "transformer_rel" and (not self.use_rel or self.use_dep or parse):
             raise ValueError("'transformer_rel' needs use_rel=true and no dependency features (see deprel, dbsa)")
         if self.name == "deprel" and not self.use_dep:
@@ -119,7 +121,8 @@ class EncoderLayer(nn.Module):
         self.ffn_residual = Residual(config.d_model, config.dropout, config.pre_norm)
 
     def forward(self, x: Tensor, allowed: Tensor, labels: RelativeLabels) -> tuple[Tensor, Tensor | None]:
-        x, parse = self.attention_residual(x, lambda h: self.self_attention(h, self.self_attention.project_memory(h), allowed, labels))
+        x, parse = self.attention_residual(
+            x, lambda h: self.self_attention(h, self.self_attention.project_memory(h), allowed, labels))
         x, _ = self.ffn_residual(x, lambda h: (self.feed_forward(h), None))
         return x, parse
 

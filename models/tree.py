@@ -144,9 +144,10 @@ class ResetGRUCell(nn.Module):
         h̃ = tanh(W_h x + U_h (r ⊙ h) + b_h)                                         (eq. 7)
         h' = (1 − z) ⊙ h + z ⊙ h̃                                                    (eq. 8)
 
-    PyTorch's ``nn.GRUCell`` (the cuDNN form) computes r ⊙ (U_h h + b) instead.  Same
-    parameter shapes as ``nn.GRUCell``; x is the node's bottom-up state, h its parent's
-    top-down state."""
+    PyTorch's ``nn.GRUCell`` (the cuDNN form) computes r ⊙ (U_h h + b) instead.  Yang et al.
+    give no equation for their top-down GRU ("the definition of a GRU Cho et al. (2014b)"),
+    whose candidate is this one.  Same parameter shapes as ``nn.GRUCell``; x is the node's
+    bottom-up state, h its parent's top-down state."""
 
     def __init__(self, dim: int):
         super().__init__()
@@ -163,22 +164,17 @@ class ResetGRUCell(nn.Module):
         return (1.0 - update) * h + update * candidate
 
 
-def top_down_cell(dim: int, kind: str) -> nn.Module:
-    """The top-down pass's GRU: the papers' form (``"paper"``) or PyTorch's (``"torch"``)."""
-    return ResetGRUCell(dim) if kind == "paper" else nn.GRUCell(dim, dim)
-
-
 class TopDownGRU(nn.Module):
     """Top-down pass: h↓_root = h↑_root; h↓_c = GRU_side(h↑_c, h↓_parent) for each child c.
 
     Yang et al. use *different* parameters for left and right children (``shared=False``);
-    Currey & Heafield (eq. 5-8) share them (``shared=True``).  ``cell``: ``"paper"`` (eq. 7's
-    U(r ⊙ h), ``ResetGRUCell``) or ``"torch"`` (``nn.GRUCell``)."""
+    Currey & Heafield (eq. 5-8) share them (``shared=True``).  Both are the papers' GRU,
+    ``ResetGRUCell`` (eq. 7's U(r ⊙ h))."""
 
-    def __init__(self, dim: int, shared: bool, cell: str = "paper"):
+    def __init__(self, dim: int, shared: bool):
         super().__init__()
-        self.left = top_down_cell(dim, cell)
-        self.right = self.left if shared else top_down_cell(dim, cell)
+        self.left = ResetGRUCell(dim)
+        self.right = self.left if shared else ResetGRUCell(dim)
 
     def forward(self, up: Tensor, schedule: TreeSchedule) -> Tensor:
         """up [B, N, H] bottom-up states → top-down states [B, N, H]."""
@@ -247,7 +243,7 @@ class HierTreeGRUEncoder(nn.Module):
         super().__init__()
         self.leaves = LeafEncoder(config, vocab)
         self.cell = TreeGRUCell(config.d_memory)
-        self.top_down = TopDownGRU(config.d_memory, shared=False, cell=config.top_down_cell) if config.top_down else None
+        self.top_down = TopDownGRU(config.d_memory, shared=False) if config.top_down else None
 
     def forward(self, src: Source) -> Memory:
         leaves, _ = self.leaves(src)

@@ -40,7 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     while True:  # a failed backup (the database or the bucket away for a moment) is said, and tried again
         try:
             made = backup(args.database, args.to, keep=args.keep, pg_dump=args.pg_dump)
-            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} backed up the tracking database to {made}", file=sys.stderr, flush=True)
+            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} backed up the tracking database to {made}",
+                  file=sys.stderr, flush=True)
         except UserError as error:
             print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} backup failed, next try in {args.every:g} s: {error}",
                   file=sys.stderr, flush=True)

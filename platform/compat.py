@@ -13,18 +13,10 @@ newer release moved, instead of failing somewhere in the middle of a sweep.
 - ``ray.train.v2._internal.execution.context``: the logger that dumps every report.
 - ``OptunaSearch._ot_study``, ``._ot_trials``, ``._completed_trials``: pruned trials told to
   Optuna as PRUNED, and the study read back for its export.
-- ``ASHAScheduler._brackets[0]._rungs``: the rungs, for the tests of a resumed sweep.
+- ``ResultGrid._experiment_analysis.trials``: every trial of a sweep, reported or not.
 - ``mlflow.system_metrics.metrics.*Monitor``: MLflow's system-metric samplers.
 
-For the tests only (they hold no private API of their own either):
-
-- ``ray.autoscaler._private.aws.config.bootstrap_aws``: ``ray up``'s AWS bootstrap of ``ray_cluster.yaml``
-  (against a stand-in server).
-- ``ray.autoscaler._private.util.prepare_config``/``validate_config``: ``ray_cluster.yaml``
-  against the schema ``ray up`` applies.
-- ``ray._private.thirdparty.pathspec.PathSpec``: how Ray matches upload excludes.
-- ``ray.train.v2._internal.state.state_actor.get_state_actor``: the ranks' pids of a running
-  Train run, to kill one on purpose.
+The tests' own private Ray APIs are in ``tests/ray_private.py``.
 """
 
 from __future__ import annotations
@@ -108,55 +100,6 @@ def tune_trial_ids(results) -> set[str]:
     """The ids of every trial a Tune ``ResultGrid`` holds, reported or not (its public
     ``Result``s carry an id only in what a trial reported)."""
     return {trial.trial_id for trial in results._experiment_analysis.trials}
-
-
-def asha_rungs(scheduler) -> list[tuple[float, dict]]:
-    """ASHA's first bracket's rungs: (milestone, {trial id: value})."""
-    return scheduler._brackets[0]._rungs
-
-
-def validate_cluster_config(config: dict) -> None:
-    """Raise on an unknown or malformed field of a ``ray up`` cluster config, as ``ray up`` would."""
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    validate_config(prepare_config(config))
-
-
-def bootstrap_aws_cluster(config: dict) -> dict:
-    """What ``ray up`` does with a cluster config before it launches anything on AWS: Ray's
-    validation, then its AWS bootstrap (the head's IAM role and instance profile, the key pair,
-    subnets, the security group, the image), against whatever endpoint boto3 is given
-    (``AWS_ENDPOINT_URL``).  Returns the bootstrapped config."""
-    from ray.autoscaler._private.aws.config import bootstrap_aws
-    from ray.autoscaler._private.util import prepare_config, validate_config
-
-    prepared = prepare_config(config)
-    validate_config(prepared)
-    return bootstrap_aws(prepared)
-
-
-def ray_path_spec(patterns: list[str]):
-    """The matcher Ray applies to ``excludes`` and ``.gitignore`` when it uploads a working_dir."""
-    from ray._private.thirdparty.pathspec import PathSpec
-
-    return PathSpec.from_lines("gitwildmatch", patterns)
-
-
-def train_worker_pids() -> dict[int, int]:
-    """{world rank: pid} of the running attempt's live Ray Train workers, from Ray Train's state
-    actor (the driver needs ``RAY_TRAIN_ENABLE_STATE_TRACKING=1``); {} before it exists."""
-    import ray
-    from ray.train.v2._internal.state.state_actor import get_state_actor
-
-    actor = get_state_actor()
-    if actor is None:
-        return {}
-    found = {}
-    for attempts in ray.get(actor.get_train_run_attempts.remote()).values():
-        for attempt in attempts.values():
-            if attempt.status.value == "RUNNING":
-                found.update({w.world_rank: w.pid for w in attempt.workers if w.status is None or w.status.value == "ALIVE"})
-    return found
 
 
 # ----------------------------------------------------------------------------- MLflow

@@ -49,14 +49,8 @@ def _loader():
     return Loader
 
 
-def __getattr__(name: str):
-    """``_Loader``, the YAML 1.2-float SafeLoader, built on first access (PEP 562)."""
-    if name == "_Loader":
-        return _loader()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def yaml_load(text: str):
+    """Plain data from YAML text: a SafeLoader (no Python objects) with YAML 1.2's floats."""
     import yaml
 
     _Loader = _loader()  # a SafeLoader

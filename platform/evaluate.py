@@ -4,14 +4,15 @@
     python -m platform.evaluate --checkpoint runs/.../checkpoint.pt --test corpus/test --src ja --tgt en --beam 4
 
 The test pairs are encoded with the run's own subword models and settings, decoded with beam
-search (the run's recipe's decoding by default: e.g. beam 4, α 0.6 for Deguchi et al.) and scored: ``test_bleu``, ``test_chrf``
-(sacrebleu, detokenized), ``test_bleu_tok`` (tokenized, as the papers report), and for DBSA
-``test_uas_enc`` / ``test_uas_dec`` against the set's own trees.  Hypotheses and references are
-written next to ``--out`` (``OUT.hyp``, ``OUT.ref`` detokenized; ``OUT.tok.hyp``, ``OUT.tok.ref``
-tokenized), with ``OUT.sacrebleu.sh``, the sacrebleu command lines that reproduce the scores;
-with ``--run`` the metrics and files are also logged to that MLflow run.  ``--average-last N``
-evaluates the average of the last N epochs' weights instead of the best checkpoint (Vaswani et
-al. average the last 5), as ``test_avgN_bleu``, ... (files under ``test_avgN/``).
+search (the run's recipe's decoding by default: e.g. beam 4, α 0.6 for Deguchi et al.) and
+scored: ``test_bleu``, ``test_chrf`` (sacrebleu, detokenized), ``test_bleu_tok`` (tokenized, as
+the papers report), and for DBSA ``test_uas_enc`` / ``test_uas_dec`` against the set's own trees.
+Hypotheses and references are written next to ``--out`` (``OUT.hyp``, ``OUT.ref`` detokenized;
+``OUT.tok.hyp``, ``OUT.tok.ref`` tokenized), with ``OUT.sacrebleu.sh``, the sacrebleu command
+lines that reproduce the scores; with ``--run`` the metrics and files are also logged to that
+MLflow run.  ``--average-last N`` evaluates the average of the last N epochs' weights instead of
+the best checkpoint (Vaswani et al. average the last 5), as ``test_avgN_bleu``, ... (files under
+``test_avgN/``).
 """
 
 from __future__ import annotations
@@ -23,17 +24,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from platform.errors import run_cli
-from platform.inference import Trained, add_model_arguments, log_test_results, write_outputs
+from platform.flags import add_model_arguments
+from platform.inference import Trained, write_outputs
+from platform.tracking.run_files import log_test_results
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m platform.evaluate", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
-    parser.add_argument("--test", required=True, metavar="PREFIX", help="PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
+    parser.add_argument("--test", required=True, metavar="PREFIX",
+                        help="PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
     parser.add_argument("--src", required=True, help="source language suffix")
     parser.add_argument("--tgt", required=True, help="target language suffix")
-    parser.add_argument("--out", metavar="PREFIX", help="where to write hypotheses/references (default: test name in cwd)")
+    parser.add_argument("--out", metavar="PREFIX",
+                        help="where to write hypotheses/references (default: test name in cwd)")
     return parser
 
 

@@ -1,7 +1,9 @@
 """A trained model ready to use: loaded from an MLflow run or a checkpoint file, with the subword
-models and prepare settings it was trained with (all inside the checkpoint); scoring it on a
-CoNLL-U pair set, writing and logging the outputs.  ``platform.evaluate``, ``platform.translate``
-and ``benchmarks/study.py`` are thin commands over this module."""
+models and prepare settings it was trained with (all inside the checkpoint); translating with
+it, scoring it on a CoNLL-U pair set, and writing the outputs.  ``platform.evaluate``,
+``platform.translate``, ``platform.serving``, a sweep's confirmation and ``benchmarks/study.py``
+use it; its flags are ``platform.flags.add_model_arguments``, a run's files in MLflow
+``tracking.run_files``."""
 
 from __future__ import annotations
 
@@ -21,11 +23,12 @@ from platform import config as config_io
 from platform.data.batching import ParquetExamples, pad, pad_tree_parents
 from platform.data.conllu import Sentence
 from platform.data.encode import PrepareConfig, encode_corpus, read_corpus, side_columns
+from platform.data.sources import source_sentences
 from platform.data.subwords import SubwordModel
 from platform.errors import UserError
-from platform.training.averaging import LAST_EPOCHS, average, epoch_files
+from platform.tracking.run_files import fetch_checkpoint, fetch_kept_epochs
+from platform.training.averaging import LAST_EPOCHS, average, epoch_files, kept_weights
 from platform.training.checkpoint import (
-    CHECKPOINT_FILE,
     IncompatibleCheckpoint,
     load_checkpoint,
     load_weights,
@@ -38,45 +41,14 @@ from platform.training.evaluate import Evaluation, evaluate
 from platform.training.metrics import detokenizer, sacrebleu_commands
 
 
-def add_model_arguments(parser) -> None:
-    """The flags every command that uses a trained model shares (evaluate, translate)."""
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
-    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
-    parser.add_argument("--beam", type=int, help="beam size (default: the run's recipe's decoding; 1 = greedy)")
-    parser.add_argument("--lenpen", type=float,
-                        help="length penalty α of Wu et al. (default: the run's recipe's; 0 = none)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--average-last", type=int, metavar="N",
-                        help="average the weights of the last N epochs (Vaswani et al.: 5) instead of the best checkpoint")
-
-
-def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
-    """Download the best checkpoint of an MLflow run."""
-    from platform.tracking.store import client
-
-    try:
-        path = client(tracking_uri).download_artifacts(run_id, f"best/{CHECKPOINT_FILE}", str(directory))
-    except Exception as error:  # unknown run, no artifact, unreachable server
-        raise UserError(f"cannot fetch the best checkpoint of run {run_id} from {tracking_uri}: {error}") from None
-    return Path(path)
-
-
 def averaged_weights(count: int, *, run_id: str | None, checkpoint: Path, tracking_uri: str | None) -> dict:
     """The mean of the last ``count`` epochs' weights a training kept (``last_epochs``: an MLflow
     run's artifacts, or the directory beside a ``--checkpoint``, as ``LocalHooks`` writes it)."""
     if run_id is not None:
-        from platform.tracking.store import client
-
         with tempfile.TemporaryDirectory(prefix="nmt-avg-") as scratch:  # the run's copies go once averaged
-            try:
-                directory = Path(client(tracking_uri).download_artifacts(run_id, LAST_EPOCHS, scratch))
-            except Exception:  # no such artifact: the run kept none
-                directory = Path(scratch)
-            return _average_kept(directory, count, f"MLflow run {run_id}")
-    directory = next((d / LAST_EPOCHS for d in (checkpoint.parent, checkpoint.parent.parent) if (d / LAST_EPOCHS).is_dir()),
-                     checkpoint.parent / LAST_EPOCHS)
+            return _average_kept(fetch_kept_epochs(run_id, tracking_uri, scratch), count, f"MLflow run {run_id}")
+    beside = [d / LAST_EPOCHS for d in (checkpoint.parent, checkpoint.parent.parent) if (d / LAST_EPOCHS).is_dir()]
+    directory = beside[0] if beside else checkpoint.parent / LAST_EPOCHS
     return _average_kept(directory, count, str(directory))
 
 
@@ -85,7 +57,7 @@ def _average_kept(directory: Path, count: int, where: str) -> dict:
     if len(files) < count:
         raise UserError(f"--average-last {count}: {where} kept the weights of {len(files)} epoch(s) "
                         f"(train with --set keep_last_epochs={count} or more)")
-    return average([load_checkpoint(path)["model"] for path in files[-count:]])
+    return average([kept_weights(path) for path in files[-count:]])
 
 
 def checkpoint_load_error(error: Exception) -> str:
@@ -94,7 +66,8 @@ def checkpoint_load_error(error: Exception) -> str:
     if "Weights only load failed" in text:
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         detail = next((line for line in lines if line.startswith("Unsupported") or "GLOBAL" in line), "")
-        return "it holds more than tensors and plain containers, so it was refused unread" + (f": {detail}" if detail else "")
+        refused = "it holds more than tensors and plain containers, so it was refused unread"
+        return refused + (f": {detail}" if detail else "")
     return " ".join(text.split())[:300] or type(error).__name__
 
 
@@ -118,7 +91,8 @@ class Trained:
         if run_id is None:
             return cls._load(Path(checkpoint), run_id, tracking_uri, device, average_last)
         with tempfile.TemporaryDirectory(prefix="nmt-ckpt-") as scratch:  # the run's copy goes once loaded
-            return cls._load(fetch_checkpoint(run_id, tracking_uri, scratch), run_id, tracking_uri, device, average_last)
+            fetched = fetch_checkpoint(run_id, tracking_uri, scratch)
+            return cls._load(fetched, run_id, tracking_uri, device, average_last)
 
     @classmethod
     def _load(cls, checkpoint: Path, run_id: str | None, tracking_uri: str | None, device: str,
@@ -129,15 +103,19 @@ class Trained:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch's notes on pickle protocols: the error says it all
                 state = load_checkpoint(checkpoint)  # on the CPU: the model alone moves to ``device``
-        except Exception as error:
-            raise UserError(f"{checkpoint}: not a checkpoint this code can load ({checkpoint_load_error(error)})") from None
+        except IncompatibleCheckpoint as error:  # of another format: it names the file
+            raise UserError(f"the best checkpoint of MLflow run {run_id}: {error}" if run_id else str(error)) from None
+        except Exception as error:  # noqa: BLE001 - whatever torch refused, said in one line
+            raise UserError(f"{checkpoint}: not a checkpoint this code can load "
+                            f"({checkpoint_load_error(error)})") from None
         try:
             model, config = model_from_checkpoint(state, device)
         except IncompatibleCheckpoint as error:  # say which file: a --run's is a temporary copy
             where = f"the best checkpoint of MLflow run {run_id}" if run_id else str(checkpoint)
             raise UserError(f"{where}: {error}") from None
         if average_last is not None:
-            averaged = averaged_weights(average_last, run_id=run_id, checkpoint=Path(checkpoint), tracking_uri=tracking_uri)
+            averaged = averaged_weights(average_last, run_id=run_id, checkpoint=Path(checkpoint),
+                                        tracking_uri=tracking_uri)
             load_weights(model, {name: value.to(device) for name, value in averaged.items()}, "the averaged weights")
         subwords = subword_models_from_checkpoint(state)
         meta = state["dataset_meta"]
@@ -155,7 +133,8 @@ class Trained:
     def encode_pairs(self, prefix: str) -> ParquetExamples:
         """A CoNLL-U pair set encoded exactly like the training data (nothing filtered)."""
         corpus = read_corpus(prefix, self.prepare)
-        table, _ = encode_corpus(corpus, (self.src_model, self.tgt_model), self.prepare, filter_long=False, progress=False)
+        table, _ = encode_corpus(corpus, (self.src_model, self.tgt_model), self.prepare, filter_long=False,
+                                 progress=False)
         return ParquetExamples(table, name=str(prefix))
 
     def decoding(self, beam: int | None = None, alpha: float | None = None) -> DecodeConfig:
@@ -219,27 +198,8 @@ class Trained:
 
     def sentences_from_texts(self, texts: list[str]) -> list:
         """Each text as the model reads it: a CoNLL-U block (a line with tabs), or plain text
-        (words separated by spaces), which a model that reads trees has parsed with the
-        language's ``platform.parse`` pipeline (the ``parse`` extra)."""
-        if any("\t" in text for text in texts):
-            if not all("\t" in text for text in texts):
-                raise UserError("give every source as CoNLL-U or none")
-            return _conllu_sentences(texts)
-        words = [text.split() for text in texts]
-        for number, sentence in enumerate(words):
-            if not sentence:
-                raise UserError(f"source {number}: empty (one sentence per source)")
-        if not self.needs_trees:
-            return words
-        from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu
-
-        if self.src_lang not in DEFAULT_MODELS:
-            raise UserError(f"{self.config.model.name} reads source trees: give CoNLL-U (python -m platform.parse "
-                            f"--lang {self.src_lang} --spacy-model NAME makes it)")
-        nlp = load_pipeline(DEFAULT_MODELS[self.src_lang])  # a clear error without the parse extra
-        joined = ["".join(sentence) if self.src_lang == "ja" else " ".join(sentence) for sentence in words]
-        docs = nlp.pipe(one_tree_docs(nlp, joined, pretokenized=False))
-        return _conllu_sentences([to_conllu(doc, str(i), text) for i, (doc, text) in enumerate(zip(docs, joined))])
+        (words separated by spaces), parsed where the model reads trees (``data.sources``)."""
+        return source_sentences(texts, self.src_lang, self.needs_trees, self.config.model.name)
 
     @torch.no_grad()
     def translate_nbest(self, src: Source, beam: int | None, alpha: float | None,
@@ -255,19 +215,6 @@ class Trained:
                 for hypotheses in found]
 
 
-def _conllu_sentences(blocks: list[str]) -> list[Sentence]:
-    """CoNLL-U blocks, one sentence each, read (and checked) as ``platform.data.conllu`` reads files."""
-    from platform.data.conllu import read_conllu
-
-    with tempfile.TemporaryDirectory(prefix="nmt-src-") as scratch:
-        path = Path(scratch) / "source.conllu"
-        path.write_text("".join(block.strip("\n") + "\n\n" for block in blocks), encoding="utf-8")
-        sentences = read_conllu(path)
-    if len(sentences) != len(blocks):
-        raise UserError(f"{len(blocks)} CoNLL-U sources hold {len(sentences)} sentences: give one sentence each")
-    return sentences
-
-
 def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang: str) -> list[Path]:
     """``OUT.hyp``/``OUT.ref`` detokenized, ``OUT.tok.hyp``/``OUT.tok.ref`` tokenized, and
     ``OUT.sacrebleu.sh``, the sacrebleu commands that recompute the scores from them (run in
@@ -280,19 +227,7 @@ def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang:
         names["tok.hyp"]: hypotheses,
         names["tok.ref"]: list(references),
         names["sacrebleu.sh"]: ["# the scores of platform.evaluate, recomputed (run in this directory)",
-                                *sacrebleu_commands(lang, *(names[kind].name for kind in ("hyp", "ref", "tok.hyp", "tok.ref")))],
+                                *sacrebleu_commands(lang, *(names[kind].name
+                                                            for kind in ("hyp", "ref", "tok.hyp", "tok.ref")))],
     }
     return atomic.write_texts({path: "".join(line + "\n" for line in lines) for path, lines in files.items()})
-
-
-def log_test_results(tracking_uri: str, run_id: str, result: Evaluation, files: list[Path], test_name: str,
-                     kind: str = "test") -> None:
-    """The test metrics, sacrebleu signature and output files onto the run that was evaluated
-    (``kind``: ``test``, or ``test_avgN`` for averaged weights)."""
-    from platform.tracking.logger import RunLogger
-
-    logger = RunLogger(tracking_uri, run_id, reopen=False)
-    logger.metrics(result.metrics, step=0)
-    logger.tag(f"{kind}_sacrebleu_signature", result.signature)
-    for path in files:
-        logger.artifact(path, f"{kind}/{test_name}")

@@ -50,7 +50,8 @@ def parse_file(nlp, source: str | Path, out: str | Path, *, strip_spaces: bool, 
         with opener(tmp, "wt", encoding="utf-8") as handle:
             texts = [text for _, text in lines]
             docs = nlp.pipe(one_tree_docs(nlp, texts, pretokenized), batch_size=batch_size)
-            for number, ((line, _), doc) in enumerate(tqdm(zip(lines, docs), total=len(lines), disable=not progress, unit="sent"), 1):
+            parsed = tqdm(zip(lines, docs), total=len(lines), disable=not progress, unit="sent")
+            for number, ((line, _), doc) in enumerate(parsed, 1):
                 handle.write(to_conllu(doc, str(number), line))
         os.replace(tmp, out)
     except BaseException:
@@ -62,11 +63,13 @@ def parse_file(nlp, source: str | Path, out: str | Path, *, strip_spaces: bool, 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m platform.parse", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lang", required=True, help="language code; ja uses ja_ginza by default")
-    parser.add_argument("--in", dest="source", required=True, metavar="FILE", help="one sentence per line (UTF-8, .gz allowed)")
+    parser.add_argument("--in", dest="source", required=True, metavar="FILE",
+                        help="one sentence per line (UTF-8, .gz allowed)")
     parser.add_argument("--out", required=True, metavar="FILE", help="CoNLL-U output (.conllu or .conllu.gz)")
     parser.add_argument("--spacy-model", metavar="NAME", help="any installed spaCy pipeline with a parser")
     parser.add_argument("--pretokenized", action="store_true", help="keep the input's whitespace tokenization")
-    parser.add_argument("--keep-spaces", action="store_true", help="ja: keep spaces (default: remove them and let GiNZA segment)")
+    parser.add_argument("--keep-spaces", action="store_true",
+                        help="ja: keep spaces (default: remove them and let GiNZA segment)")
     parser.add_argument("--batch-size", type=int, default=256, help="sentences per nlp.pipe batch (default 256)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from platform import config as config_io
 from platform.data import dataset as ds
 from platform.data import demo
-from platform.data.encode import PrepareConfig, prepare, prepare_demo
+from platform.data.builtin import prepare_demo
+from platform.data.encode import PrepareConfig, prepare
 from platform.errors import UserError, run_cli
 
 # --------------------------------------------------------------------------- CLI
@@ -34,25 +35,36 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_argument_group("input")
     source.add_argument("--data", choices=["demo"], help="generate and prepare the built-in synthetic demo corpus")
-    source.add_argument("--train", metavar="PREFIX", help="training pairs: PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
+    source.add_argument("--train", metavar="PREFIX",
+                        help="training pairs: PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
     source.add_argument("--dev", metavar="PREFIX", help="development pairs (same naming)")
     source.add_argument("--test", metavar="PREFIX", help="test pairs (same naming)")
     source.add_argument("--src", metavar="LANG", help="source language suffix, e.g. ja")
     source.add_argument("--tgt", metavar="LANG", help="target language suffix, e.g. en")
-    source.add_argument("--subwords-from", metavar="DIR", help="reuse DIR's subword models and settings (encode new data for a trained model)")
+    source.add_argument("--subwords-from", metavar="DIR",
+                        help="reuse DIR's subword models and settings (encode new data for a trained model)")
     parser.add_argument("--out", required=True, metavar="DIR", help="output dataset directory")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out (only once the new one is complete)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --out (only once the new one is complete)")
     opts = parser.add_argument_group("subwords and trees")
-    opts.add_argument("--vocab-size", type=int, help="subword vocabulary size per model (default 8000; demo: the lexicon's, 600 small / 4000 large)")
-    opts.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe", help="SentencePiece model type (default bpe)")
-    opts.add_argument("--character-coverage", type=float, default=1.0, help="SentencePiece character coverage (default 1.0; below 1 the rarest characters become <unk>)")
+    opts.add_argument("--vocab-size", type=int,
+                      help="subword vocabulary size per model "
+                           "(default 8000; demo: the lexicon's, 600 small / 4000 large)")
+    opts.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe",
+                      help="SentencePiece model type (default bpe)")
+    opts.add_argument("--character-coverage", type=float, default=1.0,
+                      help="SentencePiece character coverage (default 1.0; below 1 the rarest characters become <unk>)")
     opts.add_argument("--byte-fallback", action="store_true", help="spell unknown characters as bytes instead of <unk>")
     opts.add_argument("--joint-vocab", action="store_true", help="one subword model shared by both languages")
-    opts.add_argument("--max-len", type=int, default=250, help="drop training pairs longer than this in subwords (default 250)")
-    opts.add_argument("--subword-head", choices=["first", "last"], default="first", help="a word-final subword's head: the head word's first (default) or last subword")
-    opts.add_argument("--fix-roots", action="store_true", help="attach extra roots to a sentence's first root instead of failing")
+    opts.add_argument("--max-len", type=int, default=250,
+                      help="drop training pairs longer than this in subwords (default 250)")
+    opts.add_argument("--subword-head", choices=["first", "last"], default="first",
+                      help="a word-final subword's head: the head word's first (default) or last subword")
+    opts.add_argument("--fix-roots", action="store_true",
+                      help="attach extra roots to a sentence's first root instead of failing")
     gen = parser.add_argument_group("demo corpus")
-    gen.add_argument("--demo-sizes", metavar="TRAIN,DEV,TEST", default="20000,500,500", help="demo pair counts (default 20000,500,500)")
+    gen.add_argument("--demo-sizes", metavar="TRAIN,DEV,TEST", default="20000,500,500",
+                     help="demo pair counts (default 20000,500,500)")
     gen.add_argument("--demo-lexicon", metavar="SIZE", default="small",
                      help="demo lexicon: " + "; ".join(f"{name} ({size.nouns + size.verbs + size.adjectives} lemmas, "
                                                        f"{size.purpose})" for name, size in demo.LEXICONS.items())

@@ -16,27 +16,14 @@ from __future__ import annotations
 
 import argparse
 import time
-import uuid
 from collections.abc import Sequence
 
 from models import MODELS
-from platform import config as config_io
-from platform.data.encode import resolve_dataset
-from platform.errors import UserError, run_cli
-from platform.launch import reach
-from platform.launch.cluster import (
-    check_worker_group,
-    default_cpus_per_worker,
-    default_storage_path,
-    start_ray,
-    storage_uri,
-)
-from platform.launch.driver import Job, run
-from platform.launch.warm_start import load_warm_start
-from platform.tracking import runs
-from platform.tracking.store import resolve_tracking_uri
+from platform.errors import run_cli
+from platform.flags import DATA_HELP, TRACKING_URI_HELP
+from platform.launch.cluster import default_storage_path
+from platform.launch.training_run import TrainRequest, train
 from platform.training import recipes
-from platform.training.config import resolve_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", choices=list(recipes.RECIPES), metavar="RECIPE",
                         help="a paper's configuration of a table row (sets the model; default: the model's own "
                              "paper row); one of: " + ", ".join(recipes.RECIPES))
-    parser.add_argument("--data", default="demo", help="'demo' (the built-in synthetic corpus), 'demo-large' (its harder version) or a prepared dataset directory")
+    parser.add_argument("--data", default="demo", help=DATA_HELP)
     parser.add_argument("--config", metavar="YAML", help="a config file (sections model, batching, optim, eval, ...)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config value, e.g. --set model.p_enc=3 --set optim.lr=5e-4 (repeatable)")
@@ -58,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="GPUs per worker (0 = CPU with gloo)")
     parser.add_argument("--cpus-per-worker", type=float, default=0.0,
                         help="CPUs per worker, also its torch threads (default: this machine's cores / workers)")
-    parser.add_argument("--max-epochs", type=int, help="number of epochs (default: the size preset's, 3 for cpu; smoke 2)")
+    parser.add_argument("--max-epochs", type=int,
+                        help="number of epochs (default: the size preset's, 3 for cpu; smoke 2)")
     parser.add_argument("--max-updates", type=int,
                         help="stop after this many updates (without --max-epochs, the only limit)")
     parser.add_argument("--log-every", type=int, metavar="N",
@@ -69,11 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also checkpoint every N updates, without validating (default: at validations only)")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and a few steps, for a quick check")
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment name (default syntax-nmt)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)")
+    parser.add_argument("--tracking-uri", help=TRACKING_URI_HELP)
     parser.add_argument("--name", help="run name; rerunning with the same name resumes its Ray checkpoints")
     parser.add_argument("--storage-path", default=default_storage_path(),
-                        help="where Ray keeps checkpoints: a directory or s3://... (shared storage on a cluster; default "
-                             "$NMT_STORAGE_PATH, else runs)")
+                        help="where Ray keeps checkpoints: a directory or s3://... (shared storage on a cluster; "
+                             "default $NMT_STORAGE_PATH, else runs)")
     parser.add_argument("--max-failures", type=int, default=2, help="restarts of a failed worker group (default 2)")
     parser.add_argument("--address", help="Ray cluster address (default: start a local one, or 'auto')")
     parser.add_argument("--init-from", metavar="SOURCE",
@@ -91,57 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     started_at = time.time()
     args = build_parser().parse_args(argv)
-    if args.workers < 1:
-        raise UserError("--workers must be at least 1")
-    if not (args.model or args.recipe):
-        raise UserError("give --model NAME or --recipe NAME (see --help)")
-    model = args.model or recipes.get_recipe(args.recipe).model
-    recipe, _ = recipes.recipe_for(model, args.recipe)
-    intervals = [f"{key}={value}" for key, value in (("log_every", args.log_every), ("validate_every", args.validate_every),
-                                                      ("save_every", args.save_every)) if value is not None]
-    config = resolve_config(model, "smoke" if args.smoke else args.size, recipe=recipe, config_file=args.config,
-                            overrides=[*args.overrides, *intervals], max_epochs=args.max_epochs,
-                            max_updates=args.max_updates)
-    if args.print_config:
-        print(config_io.dump_yaml(config), end="")
-        return 0
-    tracking_uri = resolve_tracking_uri(args.tracking_uri)  # before any work: preparing the demo takes a minute
-    named = {"train_name": args.name} if args.name else None  # a rerun with this --name continues its run
-    if args.continue_run and not named:
-        raise UserError("--continue needs the --name of the run to continue")
-    if args.init_optimizer and not args.init_from:
-        raise UserError("--init-optimizer goes with --init-from")
-    done = runs.find_run(tracking_uri, args.experiment, named) if named else None
-    if done and runs.status(tracking_uri, done) == "FINISHED":
-        if not args.continue_run:
-            print(f"{args.name} has finished already (MLflow run {done} in experiment {args.experiment!r}); "
-                  f"nothing to do: another --name trains anew, --continue with a higher --max-epochs or "
-                  f"--max-updates trains it on")
-            return 0
-        if args.init_from:
-            raise UserError("--continue goes on from the run's own checkpoint; --init-from starts a new run")
-        runs.reopen(tracking_uri, done, {"continued_to": _limits(config)})
-    elif args.continue_run:
-        raise UserError(f"--continue: no finished run named {args.name!r} in experiment {args.experiment!r}")
-    start_ray(args.address)
-    cpus = args.cpus_per_worker or default_cpus_per_worker(args.workers)
-    check_worker_group(args.workers, cpus, args.gpus_per_worker, joined=args.address is not None)  # before any work
-    dataset, storage = resolve_dataset(args.data), storage_uri(args.storage_path)
-    init = (load_warm_start(args.init_from, tracking_uri, str(dataset), config, args.init_optimizer)
-            if args.init_from else None)
-    job = Job(dataset=reach.for_every_node(dataset, storage), workers=args.workers, init=init,
-              gpus_per_worker=args.gpus_per_worker,
-              cpus_per_worker=cpus, experiment=args.experiment,
-              tracking_uri=tracking_uri, run_name=args.name or f"{model}-{uuid.uuid4().hex[:8]}", storage_path=storage,
-              max_failures=args.max_failures, started_at=started_at)
-    run_id = run(config, job, ray_address=args.address, tags={"recipe": recipe, **(named or {})}, reuse=named)
-    print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")
-    return 0
-
-
-def _limits(config) -> str:
-    return ", ".join(f"{key}={getattr(config, key)}" for key in ("max_epochs", "max_updates")
-                     if getattr(config, key) is not None)
+    return train(TrainRequest(**vars(args), started_at=started_at))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from platform.data.conllu import read_conllu
 from platform.errors import InputError, UserError, run_cli
-from platform.inference import Trained, add_model_arguments
+from platform.flags import add_model_arguments
+from platform.inference import Trained
 from platform.training.metrics import detokenizer
 
 

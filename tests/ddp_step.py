@@ -17,6 +17,7 @@ import torch.distributed as dist
 from helpers import smoke_dims
 
 from platform.data import dataset as ds
+from platform.data.packing import collate_packed
 from platform.training.config import load_train_config
 from platform.training.context import Context
 from platform.training.step import Diverged, build_training, train_step
@@ -63,7 +64,7 @@ def main(dataset: str, out: str, rank: int, world: int, init_file: str, model_na
             if mode == "accumulate":
                 batches = [examples.collate(share[0::2]), examples.collate(share[1::2])]
             else:
-                batches = examples.collate_packed(share, 32) if mode == "packed" else examples.collate(share)
+                batches = collate_packed(examples, share, 32) if mode == "packed" else examples.collate(share)
             train_step(wrapped, optimizer, scheduler, batches, config, ctx)
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, f"{out}.rank{rank}")
     if world > 1:

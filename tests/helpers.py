@@ -1,17 +1,94 @@
-"""Helpers the tests share, each written once: tiny configs from the ``smoke`` size, a free
+"""Helpers the tests share, each written once: where the checkout and the shared test data
+are, the shared data or an optional module required (a failure under CI, a skip elsewhere), a
+CLI run as a user runs it, polling for a condition, tiny configs from the ``smoke`` size, a free
 port, an experiment's MLflow runs, a sweep's command line, the full-binary-tree check.
 
 Imported as ``from helpers import ...`` (pytest puts ``tests/`` on ``sys.path``, as for
-``conftest`` and ``model_helpers``; ``tests/ddp_step.py`` runs from ``tests/``).  Only the
-standard library is imported here at module level, so ``conftest`` can use it too.
+``conftest``, ``servers`` and ``model_helpers``; ``tests/ddp_step.py`` runs from ``tests/``).
+Only the standard library and pytest are imported here at module level, so ``conftest`` and
+``servers`` can use it too.  Fixtures and hooks are in ``conftest``, servers in ``servers``.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# the real corpora the tests read in place (README, "Data used by the tests")
+TEST_DATA_VARIABLE = "NMT_TEST_DATA"
+SHARED_DATA = Path(os.environ.get(TEST_DATA_VARIABLE) or ROOT.parent / "shared" / "data").expanduser().absolute()
+TANAKA = SHARED_DATA / "tanaka-enja"
+UD_SAMPLES = SHARED_DATA / "ud-samples"
+# a credential as a user's shell would export it (conftest exports it for the session): must never be logged
+SECRET = "nmt-test-secret-7c1f9d"
+SECRET_VARIABLE = "AWS_SECRET_ACCESS_KEY_NMT_TEST"
+
+
+def under_ci() -> bool:
+    """Whether this is CI (``CI=true``): what a laptop may skip, CI must have."""
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def fail_or_skip(message: str) -> None:
+    """A failure under CI, a skip on a laptop (missing data, an extra, a system package)."""
+    (pytest.fail if under_ci() else pytest.skip)(message)
+
+
+def require_shared_data(path: Path) -> Path:
+    """The shared data file, or a failure under CI (CI=true) / a skip on a laptop without it."""
+    if not path.exists():
+        fail_or_skip(f"shared data missing: {path} (set {TEST_DATA_VARIABLE} to the test data directory, by "
+                     f"default ../shared/data beside the checkout; see README, 'Data used by the tests')")
+    return path
+
+
+def require_module(name: str, why: str):
+    """An optional module (an extra), or a failure under CI / a skip on a laptop without it."""
+    try:
+        return __import__(name)
+    except ImportError:
+        fail_or_skip(f"{name} is missing: {why}")
+
+
+def run_module(module: str, *args: str, cwd: Path = ROOT, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` from the repository root, as a user would."""
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def wait_for(condition, timeout: float, what: str, poll: float = 0.3):
+    """``condition()``'s first true value, polled; an AssertionError naming ``what`` after ``timeout`` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def sacrebleu_scores(script: Path) -> list[float]:
+    """Run an ``OUT.sacrebleu.sh`` (with this interpreter's sacrebleu) where it lies; its scores in order."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["sh", script.name], cwd=script.parent, capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    decoder, text, scores = json.JSONDecoder(), result.stdout.strip(), []
+    while text:
+        found, end = decoder.raw_decode(text)
+        scores += [entry["score"] for entry in (found if isinstance(found, list) else [found])]
+        text = text[end:].strip()
+    return scores
 
 # What a tiny run changes in the smoke size (``--smoke``): dbsa parses on decoder layer 2, not
 # on layer 1 as its recipe's 4/6 gives at 2 layers, and batches are of at most 600 tokens with
@@ -142,7 +219,50 @@ def benchmark_module(name: str):
     """``benchmarks/<name>.py`` imported as a module (``benchmarks/`` is not a package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def optuna_search(searcher):
+    """The OptunaSearch inside a sweep's ``searcher`` (itself, or the one a Repeater wraps)."""
+    return getattr(searcher, "searcher", searcher)
+
+
+def study_of(searcher):
+    """The Optuna study a live searcher samples from."""
+    from platform import compat
+
+    return compat.optuna_study(optuna_search(searcher))
+
+
+def saved_state(sweep_path: str):
+    """What Ray saved with the experiment in the sweep's local directory: the searcher's Optuna
+    study and the scheduler with its state (None where the searcher carried none); (None, None)
+    for URI storage or where nothing was saved."""
+    if "://" in sweep_path or not Path(sweep_path).is_dir():
+        return None, None
+    from ray.tune.search.optuna import OptunaSearch
+
+    from platform import compat
+    from platform.launch.optuna_search import restore_scheduler
+    from platform.launch.searcher import SearchSettings, make_scheduler
+
+    saved = OptunaSearch()
+    try:
+        saved.restore_from_dir(sweep_path)
+    except RuntimeError:  # none saved there
+        return None, None
+    scheduler = None
+    if getattr(saved, "scheduler_state", None) is not None:
+        scheduler = make_scheduler(SearchSettings(), 1)  # its settings come back with its state
+        restore_scheduler(scheduler, saved.scheduler_state)
+    return compat.optuna_study(saved), scheduler
+
+
+def rungs(scheduler) -> dict[int, set[str]]:
+    """ASHA's first bracket: {milestone epoch: the trial ids recorded there}."""
+    from ray_private import asha_rungs
+
+    return {int(milestone): set(recorded) for milestone, recorded in asha_rungs(scheduler)}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from conftest import ROOT, MotoServer
+from helpers import ROOT
+from servers import MotoServer
 
 IMAGE = "resolve:ssm:/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 
@@ -45,8 +45,7 @@ def create_worker_role(bucket: str) -> str:
 
 def test_the_cluster_file_bootstraps_on_aws_as_ray_up_would(aws):
     import boto3
-
-    from platform.compat import bootstrap_aws_cluster
+    from ray_private import bootstrap_aws_cluster
 
     config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     create_worker_role("my-bucket")

@@ -79,7 +79,8 @@ def test_bad_override_and_bad_yaml_are_clear(tmp_path):
 
 
 def test_resolved_config_round_trips_through_yaml(tmp_path):
-    original = cfg.load(PrepareConfig, None, ["src_lang=ja", "tgt_lang=en", "subwords.vocab_size=1000", "subword_head=last"])
+    original = cfg.load(PrepareConfig, None,
+                        ["src_lang=ja", "tgt_lang=en", "subwords.vocab_size=1000", "subword_head=last"])
     path = tmp_path / "config.yaml"
     cfg.dump_yaml(original, path)
     assert cfg.load(PrepareConfig, path) == original

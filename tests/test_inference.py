@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
+from helpers import run_module, sacrebleu_scores
 
-from conftest import run_module, sacrebleu_scores
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.config import load_train_config
 from platform.training.context import Context
@@ -28,7 +28,7 @@ def test_translate_needs_trees_for_tree_models_and_reads_conllu(tree2seq_checkpo
     assert plain.returncode == 2 and "tree2seq reads source trees: give CoNLL-U on stdin with --conllu" in plain.stderr
     conllu = gzip.open(demo_dataset / "conllu" / "test.sov.conllu.gz", "rt", encoding="utf-8").read()
     first_three = "\n\n".join(conllu.split("\n\n")[:3]) + "\n\n"
-    from conftest import ROOT
+    from helpers import ROOT
 
     result = subprocess.run([sys.executable, "-m", "platform.translate", "--checkpoint", str(tree2seq_checkpoint),
                              "--conllu", "--beam", "2"], input=first_three, capture_output=True, text=True, cwd=ROOT,
@@ -42,7 +42,8 @@ def test_translate_needs_trees_for_tree_models_and_reads_conllu(tree2seq_checkpo
 
 
 def test_evaluate_checkpoint_on_demo_test_writes_files(tree2seq_checkpoint, demo_dataset, tmp_path):
-    result = run_module("platform.evaluate", "--checkpoint", tree2seq_checkpoint, "--test", demo_dataset / "conllu" / "test",
+    test = demo_dataset / "conllu" / "test"
+    result = run_module("platform.evaluate", "--checkpoint", tree2seq_checkpoint, "--test", test,
                         "--src", "sov", "--tgt", "svo", "--beam", "1", "--out", tmp_path / "demo")
     assert result.returncode == 0, result.stderr[-2000:]
     assert '"test_bleu"' in result.stdout
@@ -52,15 +53,16 @@ def test_evaluate_checkpoint_on_demo_test_writes_files(tree2seq_checkpoint, demo
     recomputed = sacrebleu_scores(tmp_path / "demo.sacrebleu.sh")
     assert recomputed == pytest.approx([scores["test_bleu"], scores["test_chrf"], scores["test_bleu_tok"]], abs=1e-3)
     assert "to recompute the scores" in result.stderr
-    wrong = run_module("platform.evaluate", "--checkpoint", tree2seq_checkpoint, "--test", demo_dataset / "conllu" / "test",
+    wrong = run_module("platform.evaluate", "--checkpoint", tree2seq_checkpoint, "--test", test,
                        "--src", "ja", "--tgt", "en")
     assert wrong.returncode == 2 and "translates sov->svo, not ja->en" in wrong.stderr
-    missing = run_module("platform.evaluate", "--checkpoint", tmp_path / "nope.pt", "--test", "x", "--src", "a", "--tgt", "b")
+    missing = run_module("platform.evaluate", "--checkpoint", tmp_path / "nope.pt", "--test", "x",
+                         "--src", "a", "--tgt", "b")
     assert missing.returncode == 2 and "checkpoint not found" in missing.stderr
 
 
 def test_translate_nbest_writes_k_scored_translations_per_line_best_first(tree2seq_checkpoint, demo_dataset):
-    from conftest import ROOT
+    from helpers import ROOT
 
     conllu = gzip.open(demo_dataset / "conllu" / "test.sov.conllu.gz", "rt", encoding="utf-8").read()
     first_two = "\n\n".join(conllu.split("\n\n")[:2]) + "\n\n"
@@ -96,12 +98,12 @@ def test_average_last_evaluates_the_mean_of_the_kept_epochs(three_epochs, demo_d
     import torch
 
     from platform.inference import Trained
-    from platform.training.checkpoint import load_checkpoint
+    from platform.training.averaging import kept_weights
 
     kept = sorted(path.name for path in (three_epochs / "last_epochs").iterdir())
     assert kept == ["epoch_0002.pt", "epoch_0003.pt"]  # bounded: epoch 1 deleted
     averaged = Trained.load(checkpoint=three_epochs / "best.pt", average_last=2).model.state_dict()
-    epochs = [load_checkpoint(three_epochs / "last_epochs" / name)["model"] for name in kept]
+    epochs = [kept_weights(three_epochs / "last_epochs" / name) for name in kept]
     moved = 0
     for name, value in averaged.items():
         torch.testing.assert_close(value, (epochs[0][name] + epochs[1][name]) / 2)

@@ -5,7 +5,7 @@ import ast
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from helpers import ROOT
 
 # what models/ may import: torch, numpy, itself and the standard library (whose ``platform`` is
 # this project's name, so not that)
@@ -33,8 +33,7 @@ def test_the_purity_check_catches_an_orchestration_import(tmp_path):
 
 def test_ray_cluster_yaml_passes_rays_own_schema():
     import yaml
-
-    from platform.compat import validate_cluster_config
+    from ray_private import validate_cluster_config
 
     config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     validate_cluster_config(config)  # raises on an unknown or malformed field
@@ -153,8 +152,8 @@ def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
     """The run-time directories (./data, ./runs, ./mlruns) are ignored, excluded from Ray's
     working_dir upload and from ``ray up``'s rsync; the code package ``platform/data`` is none of them."""
     import yaml
+    from ray_private import ray_path_spec  # what Ray matches excludes and .gitignore with
 
-    from platform.compat import ray_path_spec  # what Ray matches excludes and .gitignore with
     from platform.launch.cluster import RUNTIME_EXCLUDES
 
     code = [p.relative_to(ROOT).as_posix() for d in ("platform", "models", "search_spaces") for p in (ROOT / d).rglob("*.py")]

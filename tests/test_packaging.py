@@ -9,9 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from helpers import ROOT
 from packaging.requirements import Requirement
-
-from conftest import ROOT
 
 PACKAGES = ("platform", "models", "search_spaces")
 # what a fresh clone does not have (.gitignore): run-time output, environments, build output

@@ -1,6 +1,7 @@
 """``python -m platform.parse`` with the real ja_ginza pipeline: one tree per line."""
 
-from conftest import require_module, run_module
+from helpers import require_module, run_module
+
 from platform.data.conllu import read_conllu
 
 

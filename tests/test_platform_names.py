@@ -6,7 +6,7 @@ import importlib.util
 import sysconfig
 from pathlib import Path
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def stdlib_platform_names() -> set[str]:

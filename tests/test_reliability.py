@@ -16,9 +16,9 @@ import time
 
 import pytest
 import torch
-from helpers import free_port, tiny_config
+from helpers import ROOT, free_port, run_module, tiny_config
+from servers import MlflowServer
 
-from conftest import ROOT, MlflowServer, run_module
 from platform import config as config_io
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.errors import ConfigError
@@ -240,7 +240,8 @@ def test_a_server_outage_during_2_worker_training_through_the_relay_loses_nothin
     the server is SIGKILLed once epoch 1 is logged and restarted 20 s later.  Its backend store
     is a real PostgreSQL database, as on the cluster's head (the same outage with a sqlite store,
     across nodes: tests/launch/test_no_shared_disk.py)."""
-    from conftest import MlflowOutage
+    from servers import MlflowOutage
+
     from platform import train
 
     with MlflowOutage(tmp_path, backend=postgres.database("outage")) as outage:
@@ -281,7 +282,8 @@ def test_evaluate_writes_its_output_files_all_or_none(tmp_path):
 
 def test_resuming_on_data_with_other_subword_models_is_refused(trained_directory, tmp_path):
     from platform.data import demo
-    from platform.data.encode import PrepareConfig, prepare_demo
+    from platform.data.builtin import prepare_demo
+    from platform.data.encode import PrepareConfig
     from platform.data.subwords import SubwordConfig
 
     other = tmp_path / "other"
@@ -377,7 +379,9 @@ def test_no_eval_exec_pickle_or_shell_on_any_input():
     assert found == []
     import yaml
 
-    assert issubclass(config_io._Loader, yaml.SafeLoader)
+    with pytest.raises(yaml.YAMLError, match="python/object"):  # the config loader builds no objects
+        config_io.yaml_load("!!python/object/apply:os.system ['true']")
+    assert config_io.yaml_load("lr: 5e-4") == {"lr": 5e-4}
 
 
 def test_no_source_logs_the_environment_wholesale():

@@ -4,9 +4,9 @@ and the significance tests (bootstrap and approximate randomisation, BLEU and ch
 other model's best run against the best baseline, in one call."""
 
 
+from helpers import run_module
 from mlflow.tracking import MlflowClient
 
-from conftest import run_module
 from platform import report
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.tracking import runs
@@ -62,19 +62,22 @@ def test_every_model_is_tested_against_the_best_finished_baseline(demo_dataset, 
     assert "paired bootstrap, 1000 resamples" in section and "approximate randomisation, 10000 trials" in section
     table = {line.split("|")[2].strip(): [cell.strip() for cell in line.split("|")[1:-1]]
              for line in section.splitlines() if line.startswith("| ") and not line.startswith("| model")}
-    header = [cell.strip() for cell in next(line for line in section.splitlines() if line.startswith("| model")).split("|")[1:-1]]
+    header_line = next(line for line in section.splitlines() if line.startswith("| model"))
+    header = [cell.strip() for cell in header_line.split("|")[1:-1]]
     assert header == ["model", "run", "BLEU", "BLEU bootstrap", "BLEU p (bs)", "BLEU p (ar)",
                       "chrF2", "chrF2 bootstrap", "chrF2 p (bs)", "chrF2 p (ar)"]
     # the baseline is the best seed of the transformer (ties: either), first; each other model once, with its best run
     baseline_name = next(iter(table))
     assert baseline_name in tied and table[baseline_name][0] == "transformer" and table[baseline_name][4] == "–"
     assert set(table) == {baseline_name, "dbsa-seed1", "transformer_rel-seed1"}  # never the failed run
-    for name, run_id in ((baseline_name, tied.get(baseline_name)), ("dbsa-seed1", syntax), ("transformer_rel-seed1", relative)):
+    compared = ((baseline_name, tied.get(baseline_name)), ("dbsa-seed1", syntax), ("transformer_rel-seed1", relative))
+    for name, run_id in compared:
         cells = dict(zip(header, table[name]))
         assert abs(float(cells["BLEU"]) - test_bleu[run_id]) < 0.01  # the logged test BLEU: same hypotheses, tokenizer
         assert abs(float(cells["chrF2"]) - client.get_run(run_id).data.metrics["test_chrf"]) < 0.01
         if name != baseline_name:
-            assert all(0.0 <= float(cells[key]) <= 1.0 for key in ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)"))
+            p_values = ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")
+            assert all(0.0 <= float(cells[key]) <= 1.0 for key in p_values)
     import statistics  # the two baseline seeds as one setting: mean ± std of the best dev BLEU and the test BLEU
 
     seeds = text.split("## Over seeds", 1)[1].split("## Significance", 1)[0]
@@ -84,3 +87,29 @@ def test_every_model_is_tested_against_the_best_finished_baseline(demo_dataset, 
         assert f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}" in line
     rows = (tmp_path / "out" / "report.csv").read_text().splitlines()
     assert len(rows) == 6 and sum(",failed," in row for row in rows) == 1  # the failed run is listed, not chosen
+
+
+def test_the_significance_table_and_its_caption_come_from_the_same_settings(monkeypatch):
+    """report and --confirm share one table: seeded tests whose resamples, trials and seed are
+    the ones its caption states."""
+    from platform.tracking import significance
+
+    monkeypatch.setattr(significance, "BOOTSTRAP_SAMPLES", 40)
+    monkeypatch.setattr(significance, "RANDOMISATION_TRIALS", 30)
+    references = ["the cat sat on the mat", "a dog runs fast", "birds fly high", "it rains today"] * 4
+    baseline = ["the cat sat on a mat", "a dog runs", "birds fly", "it rains"] * 4
+    better = ["the cat sat on the mat", "the dog runs fast", "birds fly high", "it rains today"] * 4
+
+    def table():
+        return significance.significance_table([{"system": "baseline"}, {"system": "better"}], [baseline, better],
+                                               references, "13a")
+
+    first = table()
+    assert list(first[0]) == ["system", "BLEU", "BLEU bootstrap", "BLEU p (bs)", "BLEU p (ar)",
+                              "chrF2", "chrF2 bootstrap", "chrF2 p (bs)", "chrF2 p (ar)"]
+    assert first[0]["BLEU p (bs)"] == "–" and 0.0 <= float(first[1]["BLEU p (ar)"]) <= 1.0
+    assert table() == first  # seeded
+    monkeypatch.setattr(significance, "SEED", 7)
+    assert table() != first  # the stated seed is the one the tests draw with
+    caption = significance.methods("13a")
+    assert "40 resamples" in caption and "30 trials" in caption and "seed 7" in caption and "tokenize=13a" in caption

@@ -2,7 +2,7 @@
 
 import pickle
 
-from conftest import ROOT, run_module
+from helpers import ROOT, run_module
 
 
 def test_platform_is_our_package_with_the_stdlib_api_under_pytest():

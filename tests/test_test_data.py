@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import ROOT
+from helpers import ROOT
 
 REAL_DATA_TEST = "tests/data/test_conllu.py::test_real_ud_japanese"  # reads $NMT_TEST_DATA/ud-samples
 
@@ -31,7 +30,7 @@ def test_missing_data_names_the_variable_and_fails_under_ci(tmp_path, ci):
 
 
 def test_the_variable_points_the_tests_at_the_data(tmp_path):
-    from conftest import UD_SAMPLES, require_shared_data
+    from helpers import UD_SAMPLES, require_shared_data
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "ud-samples").symlink_to(require_shared_data(UD_SAMPLES))

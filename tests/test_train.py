@@ -12,9 +12,8 @@ from pathlib import Path
 import mlflow.pyfunc
 import pytest
 import torch
-from helpers import runs_of, validated_epochs
+from helpers import ROOT, SECRET, run_module, runs_of, sacrebleu_scores, validated_epochs, wait_for
 
-from conftest import ROOT, SECRET, run_module, sacrebleu_scores, wait_for
 from models import MODELS
 from platform import train
 
@@ -26,9 +25,23 @@ def smoke_args(dataset, tmp_path, experiment, *extra):
             "--storage-path", str(tmp_path / "runs"), "--max-failures", "0", *extra]
 
 
-@pytest.mark.parametrize("model", sorted(MODELS))
-def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_dataset, tmp_path, model):
-    assert train.main(["--model", model, *smoke_args(demo_dataset, tmp_path, "smoke")]) == 0
+# the models a smoke run trains through Ray Train and MLflow here; every other model trains in
+# the same loop (``fit``) in this process: test_every_other_model_trains_in_smoke_mode_in_the_same_loop
+THROUGH_RAY = ("dbsa", "tree2seq")
+
+
+@pytest.mark.parametrize("model", THROUGH_RAY)
+def test_a_model_trains_in_smoke_mode_through_ray_and_logs_dev_bleu(ray_cluster, demo_dataset, tmp_path, monkeypatch,
+                                                                    model):
+    """A smoke run through Ray Train and MLflow.  tree2seq's run names its store as README's
+    ``sqlite:///heldout.db`` form does, relative to where the user runs the command: rank 0 and
+    the relay run in Ray's copy of the repository, where the same words would name another,
+    empty store, yet every metric lands in the user's."""
+    args = ["--model", model, *smoke_args(demo_dataset, tmp_path, "smoke")]
+    if model == "tree2seq":
+        monkeypatch.chdir(tmp_path)
+        args[args.index("--tracking-uri") + 1] = "sqlite:///mlflow.db"  # tmp_path/mlflow.db, named relatively
+    assert train.main(args) == 0
     client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "smoke")
     assert len(runs) == 1
     run = runs[0]
@@ -42,11 +55,14 @@ def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_da
     assert {"config.yaml", "best", "plots", "dev_hypotheses"} <= artifacts
     # beside the store, not in Ray's temporary copy of the repository where the relay runs
     assert client.get_experiment_by_name("smoke").artifact_location.startswith(str(tmp_path))
+    if model == "tree2seq":  # the sqlite store's artifacts: beside the relatively named mlflow.db
+        assert (tmp_path / "mlruns").is_dir()
     # the best checkpoint as an MLflow pyfunc model of the run, with the same weights (its input
     # example, CoNLL-U for the tree models, was translated when it was saved)
     (output,) = run.outputs.model_outputs
     assert output.step == int(run.data.tags["best_step"]) == 8 * int(run.data.tags["best_epoch"])
-    best = torch.load(client.download_artifacts(run.info.run_id, "best/checkpoint.pt", str(tmp_path)), weights_only=True)
+    best = torch.load(client.download_artifacts(run.info.run_id, "best/checkpoint.pt", str(tmp_path)),
+                      weights_only=True)
     loaded = mlflow.pyfunc.load_model(client.get_logged_model(output.model_id).artifact_location)
     weights = loaded.unwrap_python_model().trained.model.state_dict()
     assert weights.keys() == best["model"].keys()
@@ -60,18 +76,34 @@ def test_every_model_trains_in_smoke_mode_and_logs_dev_bleu(ray_cluster, demo_da
         assert not any(SECRET in text for text in logged)
 
 
-def test_two_worker_ddp_run_logs_one_run_with_workers_2(ray_cluster, demo_dataset, tmp_path):
-    assert train.main(["--model", "dbsa", "--workers", "2", *smoke_args(demo_dataset, tmp_path, "ddp")]) == 0
-    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "ddp")
-    assert len(runs) == 1
-    assert runs[0].data.params["workers"] == "2" and runs[0].info.status == "FINISHED"
-    import platform as _platform  # one node: its first worker sampled it, the other did not
+@pytest.mark.parametrize("model", sorted(set(MODELS) - set(THROUGH_RAY)))
+def test_every_other_model_trains_in_smoke_mode_in_the_same_loop_and_its_best_checkpoint_is_its_pyfunc_model(
+        demo_dataset, tmp_path, model):
+    """What ``platform.train --model MODEL --smoke`` trains (validated on 8 dev sentences),
+    through the loop every Ray Train worker runs (``fit``), without Ray: dev BLEU and chrF at
+    updates 8 and 16, and the best checkpoint saved as the MLflow pyfunc model the worker logs,
+    with the same weights, that translates its input example (a dev sentence, CoNLL-U for the
+    tree models)."""
+    from platform.data.dataset import PreparedDataset
+    from platform.tracking import model as mlflow_model
+    from platform.training import recipes
+    from platform.training.config import resolve_config
+    from platform.training.context import Context
+    from platform.training.loop import LocalHooks, fit
 
-    system = {name for name in runs[0].data.metrics if name.startswith("system/")}
-    assert f"system/{_platform.node()}/cpu_utilization_percentage" in system
-    assert {name.split("/")[1] for name in system} == {_platform.node()}
-    contexts = {t.value for i in runs[0].inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
-    assert contexts == {"train", "dev", "test"}  # the Dataset column of MLflow's runs table
+    recipe, _ = recipes.recipe_for(model, None)
+    config = resolve_config(model, "smoke", recipe=recipe, overrides=["eval.max_sentences=8"])  # --smoke
+    dataset = PreparedDataset.open(demo_dataset)
+    history = fit(config, dataset, Context(), LocalHooks(tmp_path), log=lambda line: None)
+    assert [int(m["step"]) for m in history if "dev_bleu" in m] == [8, 16]  # updates
+    assert all("dev_chrf" in m and "tokens_per_s" in m for m in history)
+    best = torch.load(tmp_path / "best.pt", weights_only=True)
+    params = mlflow_model.save(tmp_path / "best.pt", tmp_path / "mlflow_model", dataset.dev.texts["src_text"][0])
+    assert params["model"] == model and int(params["step"]) == best["progress"]["step"]
+    loaded = mlflow.pyfunc.load_model(str(tmp_path / "mlflow_model"))
+    weights = loaded.unwrap_python_model().trained.model.state_dict()
+    assert weights.keys() == best["model"].keys()
+    assert all(torch.equal(tensor, best["model"][name]) for name, tensor in weights.items())
 
 
 def test_a_gpu_worker_on_a_cluster_without_gpus_is_one_line_before_any_work(ray_cluster, tmp_path):
@@ -98,8 +130,10 @@ def test_train_cli_as_a_user_runs_it(own_cluster, demo_dataset, tmp_path):
     assert "update 12  epoch 2  loss " in shown and " tok/s " in shown and " eta 0:" in shown  # every 4 updates
     _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "cli")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    bad = run_module("platform.train", "--model", "transformer", "--set", "optim.learning_rate=1", "--data", str(demo_dataset))
-    assert bad.returncode == 2 and "unknown config key 'optim.learning_rate'" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_module("platform.train", "--model", "transformer", "--set", "optim.learning_rate=1", "--data",
+                     str(demo_dataset))
+    assert bad.returncode == 2 and "unknown config key 'optim.learning_rate'" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_update_limits_and_intervals_as_a_user_sets_them(ray_cluster, demo_dataset, tmp_path):
@@ -157,20 +191,14 @@ def test_continue_a_finished_run_then_fine_tune_it_in_a_new_run(ray_cluster, dem
     assert len(runs_of(uri, "warm")[1]) == 2  # no run for the refused one
 
 
-def test_a_relative_sqlite_uri_keeps_every_metric(ray_cluster, demo_dataset, tmp_path, monkeypatch):
-    """README's ``sqlite:///heldout.db`` form names a store relative to where the user runs the
-    command; rank 0 and the relay run in Ray's copy of the repository, where the same words would
-    name another, empty store.  MLflow's deprecated file store is refused before any work."""
+def test_mlflows_deprecated_file_store_is_refused_before_any_work(demo_dataset, tmp_path, monkeypatch):
+    """A ``file:`` tracking URI (MLflow's deprecated file store) is refused in one line before
+    Ray starts or anything is written (a relative sqlite URI keeps every metric:
+    test_a_model_trains_in_smoke_mode_through_ray_and_logs_dev_bleu[tree2seq])."""
     monkeypatch.chdir(tmp_path)
-    args = ["--model", "transformer", "--data", str(demo_dataset), "--smoke", "--storage-path", str(tmp_path / "runs"),
-            "--max-failures", "0"]
-    assert train.main([*args, "--experiment", "rel-sqlite", "--tracking-uri", "sqlite:///heldout.db"]) == 0
-    client, found = runs_of(f"sqlite:///{tmp_path}/heldout.db", "rel-sqlite")
-    assert len(found) == 1 and found[0].info.status == "FINISHED"
-    assert [m.step for m in client.get_metric_history(found[0].info.run_id, "dev_bleu")] == [8, 16]
-    assert (tmp_path / "mlruns").is_dir()  # the sqlite store's artifacts: beside heldout.db
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path}/file-store")
-    refused = run_module("platform.train", *args, "--experiment", "rel-file")
+    refused = run_module("platform.train", "--model", "transformer", "--data", str(demo_dataset), "--smoke",
+                         "--storage-path", str(tmp_path / "runs"), "--max-failures", "0", "--experiment", "rel-file")
     assert refused.returncode != 0 and "file store is deprecated" in refused.stderr
     assert "Traceback" not in refused.stderr and not (tmp_path / "file-store").exists()
 
@@ -187,8 +215,8 @@ def test_a_rerun_with_the_same_name_continues_its_run(ray_cluster, demo_dataset,
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         snapshot = tmp_path / "runs" / "again" / "checkpoint_manager_snapshot.json"
-        wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text() or driver.poll() is not None,
-                 300, "the first checkpoint")
+        wait_for(lambda: (snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text()
+                          or driver.poll() is not None), 300, "the first checkpoint")
         assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the whole driver, as when an SSH session drops

@@ -6,10 +6,9 @@ import sys
 import textwrap
 
 import pytest
-from helpers import free_port, runs_of, sweep_args
+from helpers import ROOT, free_port, runs_of, sweep_args
 from mlflow.tracking import MlflowClient
 
-from conftest import ROOT
 from platform import tune
 
 pytestmark = pytest.mark.slow
@@ -23,7 +22,8 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert len(children) >= 3 and {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-    statuses = {c.data.tags["trial_id"]: (c.info.status, c.data.tags.get("error"), c.data.tags.get("pruned")) for c in children}
+    statuses = {c.data.tags["trial_id"]: (c.info.status, c.data.tags.get("error"), c.data.tags.get("pruned"))
+                for c in children}
     assert all(status == "FINISHED" for status, _, _ in statuses.values()), statuses
     knobs = ["p_enc", "p_dec", "lambda_enc", "lambda_dec", "dropout", "optim.lr", "optim.warmup_steps"]
     sampled = {tuple(c.data.params[k] for k in knobs) for c in children}
@@ -43,7 +43,8 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert {i.dataset.digest for i in parents[0].inputs.dataset_inputs} == {
         i.dataset.digest for i in children[0].inputs.dataset_inputs} != set()
     best_child = next(c for c in children if c.data.tags["trial_id"] == best_trial)
-    assert [o.model_id for o in parents[0].outputs.model_outputs] == [o.model_id for o in best_child.outputs.model_outputs]
+    assert ([o.model_id for o in parents[0].outputs.model_outputs]
+            == [o.model_id for o in best_child.outputs.model_outputs])
     assert len(best_child.outputs.model_outputs) == 1
     # every trial that ran all its epochs has its end-of-run logging (Tune stops a trial at its
     # last result: that logging must come before it, or it is cut off)
@@ -51,8 +52,9 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert complete and all("tracking_wait_s" in c.data.metrics and len(c.outputs.model_outputs) == 1
                             for c in complete), [(c.data.tags["trial_id"], sorted(c.data.metrics)) for c in complete]
     assert f"best: trial {best_trial}" in table and "compare in MLflow: mlflow ui --backend-store-uri" in table
-    assert (f"re-run the best config: python -m platform.train --model dbsa --config {tmp_path}/runs/s1/best_config.yaml"
-            f" --data {demo_dataset} --experiment sweep --tracking-uri sqlite:///{tmp_path}/mlflow.db") in table
+    assert (f"re-run the best config: python -m platform.train --model dbsa --config "
+            f"{tmp_path}/runs/s1/best_config.yaml --data {demo_dataset} --experiment sweep "
+            f"--tracking-uri sqlite:///{tmp_path}/mlflow.db") in table
     assert (tmp_path / "runs" / "s1" / "sweep.png").exists() and (tmp_path / "runs" / "s1" / "console.log").exists()
     assert "training steps" in table and parents[0].data.metrics["time_share_steps"] > 0
     parent_files = {a.path for a in client.list_artifacts(parents[0].info.run_id)}
@@ -107,7 +109,7 @@ class StudyWatcher:
                 continue
             try:
                 study = optuna.load_study(study_name=self.name, storage=f"sqlite:///{self.path}")
-            except (KeyError, Exception):  # not created yet, or the file is being set up
+            except Exception:  # noqa: BLE001 - not created yet (KeyError), or the file is being set up
                 continue
             self.seen.append([t.state.name for t in study.trials])
 
@@ -149,7 +151,8 @@ def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_
     assert {"deguchi2019/enc+dec", "omote2019/dep+rel"} <= set(recipes)
     assert recipes["deguchi2019/enc+dec"].data.params["model"] == "dbsa"
     assert recipes["deguchi2019/enc+dec"].data.params["lambda_enc"] == "1.0"
-    assert recipes["omote2019/dep+rel"].data.params["model"] == "deprel" and recipes["omote2019/dep+rel"].data.params["k_clip"] == "2"
+    dep_rel = recipes["omote2019/dep+rel"].data.params
+    assert dep_rel["model"] == "deprel" and dep_rel["k_clip"] == "2"
     # the summary's knob columns stay blank where a trial's recipe has no such knob
     import csv
 
@@ -203,7 +206,8 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert parent.info.status == "FINISHED" and parent.data.params["objectives"] == "dev_bleu:max,num_parameters:min"
     assert trials and all(r.info.status == "FINISHED" and r.data.tags.get("stopped") == "time budget"
-                          and "error" not in r.data.tags for r in trials), [(r.info.status, r.data.tags) for r in trials]
+                          and "error" not in r.data.tags for r in trials), [(r.info.status, r.data.tags)
+                                                                              for r in trials]
     study = optuna.load_study(study_name="b1", storage=f"sqlite:///{tmp_path}/runs/b1/optuna.db")
     assert len(study.directions) == 2 and {t.state.name for t in study.trials} == {"PRUNED"}  # none left RUNNING
     summary = client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path))
@@ -226,7 +230,8 @@ CLUSTER_SWEEP = textwrap.dedent("""
     for node in others:
         cluster.add_node(**node)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, runtime_env={{"working_dir": {root!r}, "excludes": [".git", "data", "runs", "*.db"]}})
+    ray.init(address=cluster.address,
+             runtime_env={{"working_dir": {root!r}, "excludes": [".git", "data", "runs", "*.db"]}})
     from platform import tune
     code = tune.main(["--space", "dbsa", "--smoke", "--data", {data!r}, "--tracking-uri", "sqlite:///{tmp}/mlflow.db",
                       "--storage-path", "{tmp}/runs", *json.loads({argv!r})])
@@ -275,8 +280,10 @@ def test_a_sweep_in_which_every_trial_failed_exits_non_zero_without_a_best_confi
     assert "best:" not in out and "re-run the best config" not in out
     assert not (tmp_path / "runs" / "all-fail" / "best_config.yaml").exists()
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    parent = client.search_runs([client.get_experiment_by_name("sweep").experiment_id], "tags.sweep_parent = 'all-fail'")[0]
-    assert parent.info.status == "FAILED" and "best_config.yaml" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    parent = client.search_runs([client.get_experiment_by_name("sweep").experiment_id],
+                                "tags.sweep_parent = 'all-fail'")[0]
+    assert parent.info.status == "FAILED"
+    assert "best_config.yaml" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
 def test_two_trials_share_one_gpu_at_a_half_each_and_a_third_waits(own_cluster, demo_dataset, tmp_path):

@@ -30,7 +30,7 @@ RNN_SIZES = {  # bidirectional leaves: memory and decoder dim = 2 × d_hidden = 
     "small": dict(d_embed=256, d_hidden=128),
     "paper": dict(d_embed=512, d_hidden=256),
 }
-RATIO_TARGETS = {  # name: (model, against, at least) — the targets of the benchmark issue
+RATIO_TARGETS = {  # name: (model, against, at least): the speed each model must keep relative to another
     "transformer_vs_torch_nn_transformer": ("transformer", REFERENCE, 0.9),
     "dbsa_vs_transformer": ("dbsa", "transformer", 0.85),
     "transformer_rel_vs_transformer": ("transformer_rel", "transformer", 0.6),

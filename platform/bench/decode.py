@@ -44,11 +44,13 @@ DECODE_OPTIONS = dict(alpha=EvalConfig().alpha, max_len_a=EvalConfig().max_len_a
 def bench_decode(settings: Settings) -> dict[str, Any]:
     """Sentences/s of beam search with the cache against full recomputation (same hypotheses)."""
     generator = torch.Generator().manual_seed(1)
-    src = random_source(settings.decode_sentences, settings.decode_length, settings.vocab, generator).to(settings.device)
+    src = random_source(settings.decode_sentences, settings.decode_length, settings.vocab, generator)
+    src = src.to(settings.device)
     results = {}
     for name in ("transformer", "dbsa"):
         torch.manual_seed(0)
-        model = build_model(model_config(name, settings.size), settings.vocab, settings.vocab).to(settings.device).eval()
+        model = build_model(model_config(name, settings.size), settings.vocab, settings.vocab)
+        model = model.to(settings.device).eval()
 
         def search(decoder):
             with torch.autocast(settings.device.split(":")[0], dtype=torch.bfloat16, enabled=settings.bf16):
@@ -56,14 +58,16 @@ def bench_decode(settings: Settings) -> dict[str, Any]:
 
         same = [[h.tokens for h in hyps] for hyps in search(model)] == [[h.tokens for h in hyps]
                                                                         for hyps in search(FullRecompute(model))]
-        seconds = interleaved_seconds({"incremental": lambda: search(model), "full": lambda: search(FullRecompute(model))},
-                                      calls=1, rounds=settings.rounds, warmup=0, device=settings.device)
+        contenders = {"incremental": lambda model=model: search(model),
+                      "full": lambda model=model: search(FullRecompute(model))}
+        seconds = interleaved_seconds(contenders, calls=1, rounds=settings.rounds, warmup=0, device=settings.device)
         results[name] = {
             "incremental_sentences_per_s": settings.decode_sentences / statistics.median(seconds["incremental"]),
             "full_recompute_sentences_per_s": settings.decode_sentences / statistics.median(seconds["full"]),
             "speedup": median_ratio(seconds["full"], seconds["incremental"]), "same_hypotheses": same}
     return {"beam": settings.beam, "sentences": settings.decode_sentences, "source_length": settings.decode_length,
-            "max_output_length": int(settings.decode_length * DECODE_OPTIONS["max_len_a"] + DECODE_OPTIONS["max_len_b"]),
+            "max_output_length": int(settings.decode_length * DECODE_OPTIONS["max_len_a"]
+                                     + DECODE_OPTIONS["max_len_b"]),
             **results}
 
 

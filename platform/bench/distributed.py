@@ -65,7 +65,7 @@ def bench_ddp(settings: Settings) -> dict[str, Any]:
         return dict(SKIPPED_NO_RAY)
     import ray
 
-    from platform.data.encode import resolve_dataset
+    from platform.data.builtin import resolve_dataset
     from platform.launch.cluster import start_ray
     from platform.training.config import resolve_config
 
@@ -101,8 +101,8 @@ def _ddp_fit(worker, workers: int, config, dataset_dir: Path, storage: str, sett
     started = time.time()
     metrics = trainer.fit().metrics
     return {"workers": workers, "cpus_per_worker": cpus, "samples_per_s": metrics["samples_per_s"],
-            "tokens_per_s": metrics["tokens_per_s"], "trainer_start_to_first_step_s": metrics["first_step_unix"] - started,
-            "wall_s": time.time() - started}
+            "tokens_per_s": metrics["tokens_per_s"],
+            "trainer_start_to_first_step_s": metrics["first_step_unix"] - started, "wall_s": time.time() - started}
 
 
 def print_ddp(result: dict[str, Any]) -> None:

@@ -28,7 +28,7 @@ from platform.bench.common import (
     median_ratio,
     peak_flops,
 )
-from platform.data.batching import Batch
+from platform.data.batch import Batch
 from platform.training.config import OptimConfig, TrainConfig
 from platform.training.context import Context
 from platform.training.step import build_optimizer, train_step
@@ -98,7 +98,8 @@ class ReferenceTransformer(nn.Module):
         d = config.d_model
         self.src_embed = Embedding(src_vocab, d, config.dropout, absolute_positions=True)
         self.tgt_embed = Embedding(tgt_vocab, d, config.dropout, absolute_positions=True)
-        self.transformer = nn.Transformer(d_model=d, nhead=config.num_heads, num_encoder_layers=config.num_encoder_layers,
+        self.transformer = nn.Transformer(d_model=d, nhead=config.num_heads,
+                                          num_encoder_layers=config.num_encoder_layers,
                                           num_decoder_layers=config.num_decoder_layers, dim_feedforward=config.d_ff,
                                           dropout=config.dropout, batch_first=True, norm_first=config.pre_norm)
         for module in self.transformer.modules():
@@ -151,7 +152,8 @@ def transformer_train_flops(config: TransformerConfig, num_sentences: int, src_l
     d, f, batch = config.d_model, config.d_ff, num_sentences
     src, tgt = batch * src_len, batch * tgt_len
     encoder_layer = src * (8 * d * d + 4 * d * f) + batch * 4 * src_len * src_len * d  # Q,K,V,O + FFN; QKᵀ and AV
-    decoder_layer = (tgt * (8 * d * d + 4 * d * d + 4 * d * f) + src * 4 * d * d  # self Q,K,V,O; cross Q,O; FFN; cross K,V
+    # self Q,K,V,O; cross Q,O; FFN; cross K,V; then QKᵀ and AV of self- and cross-attention
+    decoder_layer = (tgt * (8 * d * d + 4 * d * d + 4 * d * f) + src * 4 * d * d
                      + batch * (4 * tgt_len * tgt_len * d + 4 * tgt_len * src_len * d))
     generator = tgt * 2 * d * vocab
     return 3.0 * (config.num_encoder_layers * encoder_layer + config.num_decoder_layers * decoder_layer + generator)
@@ -184,7 +186,8 @@ def bench_models(settings: Settings) -> dict[str, Any]:
     reference = entries.pop(REFERENCE)
     return {"models": entries,
             "reference": {"torch_nn_transformer_tokens_per_s": reference.pop("tokens_per_s"), **reference},
-            "batch": {"sentences": settings.num_sentences, "length": settings.length, "target_tokens": batch.num_tokens}}
+            "batch": {"sentences": settings.num_sentences, "length": settings.length,
+                      "target_tokens": batch.num_tokens}}
 
 
 def _model_entry(runner: TrainingRunner, rates: dict[str, list[float]], name: str, flops: float,
@@ -209,5 +212,6 @@ def print_models(result: dict[str, Any]) -> None:
     rows = {**result["models"], REFERENCE: {**result["reference"],
                                             "tokens_per_s": result["reference"]["torch_nn_transformer_tokens_per_s"]}}
     for name, entry in rows.items():
-        print(f"{name:<22}{entry['params']:>12,}{entry['tokens_per_s']:>11,.0f}{_fmt(entry['ratio_vs_transformer'], '.2f'):>15}x"
-              f"{_fmt(entry['ratio_vs_reference'], '.2f'):>18}x{_fmt(entry.get('mfu'), '.1%'):>8}")
+        print(f"{name:<22}{entry['params']:>12,}{entry['tokens_per_s']:>11,.0f}"
+              f"{_fmt(entry['ratio_vs_transformer'], '.2f'):>15}x{_fmt(entry['ratio_vs_reference'], '.2f'):>18}x"
+              f"{_fmt(entry.get('mfu'), '.1%'):>8}")

@@ -41,14 +41,15 @@ from platform.bench.trees import bench_trees, print_trees
 
 
 def evaluate_targets(report: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Every target of the issue with what was measured: met True/False, or None if not measured."""
+    """Every target with what was measured: met True/False, or None if not measured."""
     models = {k: v for k, v in report.get("models", {}).items() if isinstance(v, dict)}  # not {"error": ...}
     rates = {name: entry.get("tokens_per_s_rounds") for name, entry in models.items()}
     rates[REFERENCE] = report.get("reference", {}).get("tokens_per_s_rounds")
     targets: dict[str, Any] = {}
     for key, (model, against, minimum) in RATIO_TARGETS.items():
         measured = median_ratio(rates[model], rates[against]) if rates.get(model) and rates.get(against) else None
-        targets[key] = {"target": minimum, "measured": measured, "met": None if measured is None else measured >= minimum}
+        met = None if measured is None else measured >= minimum
+        targets[key] = {"target": minimum, "measured": measured, "met": met}
     for name, entry in report.get("trees", {}).items():
         if isinstance(entry, dict) and "speedup" in entry:
             targets[f"{name}_batched_vs_loop"] = {"target": TREE_SPEEDUP_TARGET, "measured": entry["speedup"],
@@ -113,14 +114,17 @@ def run_benchmark(settings: Settings, sections: list[str]) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.bench", description=platform.bench.__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m platform.bench",
+                                     description=platform.bench.__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the model sections run")
     parser.add_argument("--out", metavar="FILE.json", help="write the results as JSON")
     parser.add_argument("--only", help=f"comma-separated sections (default all): {','.join(SECTIONS)}")
     parser.add_argument("--skip-ray", action="store_true", help=f"skip the Ray sections ({', '.join(RAY_SECTIONS)})")
-    parser.add_argument("--quick", action="store_true", help="small batches, few steps: a quick look, not a measurement")
-    parser.add_argument("--size", choices=list(TRANSFORMER_SIZES), help="model size (default small on CPU, paper on CUDA)")
+    parser.add_argument("--quick", action="store_true",
+                        help="small batches, few steps: a quick look, not a measurement")
+    parser.add_argument("--size", choices=list(TRANSFORMER_SIZES),
+                        help="model size (default small on CPU, paper on CUDA)")
     parser.add_argument("--tokens", type=int, help="target tokens per training batch (default 2048 CPU, 16384 CUDA)")
     parser.add_argument("--length", type=int, help="positions per sentence (default 32 CPU, 64 CUDA)")
     parser.add_argument("--vocab", type=int, help="source and target vocabulary (default 8000)")
@@ -130,9 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, help="timed steps per model and round")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (medians over them)")
     parser.add_argument("--models", help="comma-separated models to time (default all)")
-    parser.add_argument("--peak-flops", type=float, help="the device's peak FLOP/s for MFU (default: known GPUs, bf16)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default on CPU: 1, as OpenMP threads on a shared "
-                                                    "machine stall each other; on CUDA: torch's)")
+    parser.add_argument("--peak-flops", type=float,
+                        help="the device's peak FLOP/s for MFU (default: known GPUs, bf16)")
+    parser.add_argument("--threads", type=int,
+                        help="torch CPU threads (default on CPU: 1, as OpenMP threads on a shared machine stall each "
+                             "other; on CUDA: torch's)")
     return parser
 
 

@@ -21,7 +21,7 @@ def bench_sweep(settings: Settings) -> dict[str, Any]:
     metric that ``launch.worker.RayHooks.wrap`` logs right before the first step)."""
     if not ray_available():
         return dict(SKIPPED_NO_RAY)
-    from platform.data.encode import resolve_dataset
+    from platform.data.builtin import resolve_dataset
 
     dataset_dir = resolve_dataset("demo", quiet=True)
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as scratch:

@@ -1,2 +1,12 @@
-"""Data: CoNLL-U input (``conllu``), subwords, trees, the demo corpus, preparing a dataset
-(``encode``), the prepared dataset's one I/O layer (``dataset``) and batching."""
+"""Data, from input files to the batches a step trains on (docs/architecture.md):
+
+- ``conllu``: CoNLL-U reading and validation; ``parsing``: raw text to one tree per line (spaCy);
+  ``sources``: a served model's source sentences as texts;
+- ``storage``: local paths and URIs; ``dataset``: the prepared dataset's one I/O layer;
+- ``subwords``: SentencePiece models; ``trees``: subword heads, depths and the binary tree;
+- ``encode``: preparing a dataset (``platform.prepare``);
+- ``demo``: the synthetic demo corpus; ``builtin``: the built-in demo corpora and what
+  ``--data`` names;
+- ``batch``: a batch's tensors; ``batching``: the example store and the batch plan per rank;
+  ``packing``: several sentences per row; ``prefetch``: updates collated ahead on a thread.
+"""

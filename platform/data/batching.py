@@ -10,8 +10,8 @@ column), so a batch is gathered with a few slices.  ``ShardedBatches`` decides t
    ``max_tokens`` (the +1 is the BOS/EOS a model adds) and, where set, the batch has at most
    ``max_sentences`` (papers that count their batches in sentences); an example longer than
    the budget gets a batch of its own.  With ``pack`` the shuffled order is kept and the
-   budget is ``Σ (length + 1)``: each batch is a random sample, and ``collate_packed`` puts
-   several of its sentences in one row, so it costs no padding (docs/performance.md);
+   budget is ``Σ (length + 1)``: each batch is a random sample, and ``packing.collate_packed``
+   puts several of its sentences in one row, so it costs no padding;
 3. the batch order is shuffled; if the number of batches is not a multiple of the world size,
    the batches with the most sentences are split in two until it is — so **every rank runs
    the same number of steps** (DDP hangs otherwise) and **every example is seen exactly once
@@ -26,100 +26,15 @@ iteration continues with exactly the batch that would have come next.
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from models.inputs import BOS_ID, EOS_ID, PAD_ID, Packing
-
-LIST_COLUMNS = ("src_ids", "tgt_ids", "src_heads", "tgt_heads", "src_word", "tgt_word", "src_depth", "tgt_depth", "src_tree_parent")
-TEXT_COLUMNS = ("src_text", "tgt_text")
-HEAD_COLUMNS = ("src_heads", "tgt_heads")  # values are positions in the sentence
-PAD_VALUES = {"src_ids": PAD_ID, "tgt_ids": PAD_ID, "src_depth": 0, "tgt_depth": 0}  # others: -1
-
-
-@dataclass
-class Batch:
-    """Padded, batch-first tensors of one batch (``B`` sentences, ``S``/``T`` longest lengths).
-
-    Index-valued columns (heads, word, tree parents) are padded with -1, ids with PAD (0),
-    depths with 0.  ``src_tree_parent`` is re-indexed for the padded batch: leaves are
-    ``0..S-1`` and sentence b's phrase nodes are ``S..S+n_b-2`` (so its root is ``S+n_b-2``).
-    """
-
-    indices: torch.Tensor  # [B] row numbers in the Parquet file
-    src_ids: torch.Tensor  # [B, S] int64
-    src_lengths: torch.Tensor  # [B]
-    tgt_ids: torch.Tensor  # [B, T] int64 (no BOS/EOS: the model adds them)
-    tgt_lengths: torch.Tensor  # [B]
-    src_heads: torch.Tensor  # [B, S]
-    tgt_heads: torch.Tensor  # [B, T]
-    src_word: torch.Tensor  # [B, S]
-    tgt_word: torch.Tensor  # [B, T]
-    src_depth: torch.Tensor  # [B, S]
-    tgt_depth: torch.Tensor  # [B, T]
-    src_tree_parent: torch.Tensor  # [B, 2S-1]
-    src_text: list[str]
-    tgt_text: list[str]
-    rows: PackedRows | None = None  # packed batches: the list columns are rows of several sentences
-
-    @property
-    def num_sentences(self) -> int:
-        return len(self.tgt_lengths)
-
-    @property
-    def num_tokens(self) -> int:
-        """Target tokens incl. EOS: what a loss is averaged over."""
-        return int(self.tgt_lengths.sum()) + len(self.tgt_lengths)
-
-    def pin_memory(self) -> Batch:
-        """A copy in page-locked memory, so ``to(cuda, non_blocking=True)`` overlaps the step."""
-        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name, value in pinned.items():
-            if isinstance(value, torch.Tensor):
-                pinned[name] = value.pin_memory()
-        if self.rows is not None:
-            pinned["rows"] = self.rows.pin_memory()
-        return Batch(**pinned)
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name, value in moved.items():
-            if isinstance(value, torch.Tensor):
-                moved[name] = value.to(device, non_blocking=non_blocking)
-        if self.rows is not None:
-            moved["rows"] = self.rows.to(device, non_blocking)
-        return Batch(**moved)
-
-
-@dataclass
-class PackedRows:
-    """How the sentences of a packed batch share its ``R`` rows.  Source columns hold each row's
-    sources back to back (``src_ids`` [R, S]); target columns are laid out as ``tgt_out``, each
-    sentence's target followed by its EOS (``tgt_ids`` is ``tgt_out``), so sentence k of a row
-    has its source and its target in that row.  Heads are row positions (a sentence's own plus
-    where it starts), so the parse losses read them as they read one sentence per row; the
-    source tree columns are not packed (the tree encoders train on one sentence per row)."""
-
-    source: Packing  # [R, S] sentence of each source position, position within it
-    target: Packing  # [R, T] the same over the decoder positions
-    tgt_in: torch.Tensor  # [R, T] BOS y1..yn BOS z1..zm ... PAD
-    tgt_out: torch.Tensor  # [R, T] y1..yn EOS z1..zm EOS ... PAD
-
-    def pin_memory(self) -> PackedRows:
-        return PackedRows(source=self.source.pin_memory(), target=self.target.pin_memory(),
-                          tgt_in=self.tgt_in.pin_memory(), tgt_out=self.tgt_out.pin_memory())
-
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> PackedRows:
-        return PackedRows(source=self.source.to(device), target=self.target.to(device),
-                          tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
-                          tgt_out=self.tgt_out.to(device, non_blocking=non_blocking))
+from platform.data.batch import LIST_COLUMNS, PAD_VALUES, TEXT_COLUMNS, Batch
+from platform.data.packing import collate_packed
 
 
 class ParquetExamples:
@@ -166,41 +81,6 @@ class ParquetExamples:
                      src_text=[self.texts["src_text"][i] for i in indices],
                      tgt_text=[self.texts["tgt_text"][i] for i in indices], **padded)
 
-    def collate_packed(self, indices: Sequence[int], width: int) -> Batch:
-        """The sentences of ``indices`` packed into rows of at most ``width`` source and target
-        positions (wider where one sentence is), first fit in decreasing length: a row holds
-        sentences back to back, each with its target in the same row (``PackedRows``).  The
-        per-sentence fields (``indices``, lengths, texts) list the sentences in row order."""
-        indices = np.asarray(indices, dtype=np.int64)
-        src_len, tgt_len = self.src_lengths[indices], self.tgt_lengths[indices] + 1  # + EOS / BOS
-        rows = _first_fit(src_len, tgt_len, max(width, int(src_len.max()), int(tgt_len.max())))
-        order = [m for members in rows for m in members]  # the batch's sentences in row order
-        indices, src_len, tgt_len = indices[order], src_len[order], tgt_len[order]
-        row = np.repeat(np.arange(len(rows)), [len(members) for members in rows])  # [N] each sentence's row
-        first = np.searchsorted(row, row)  # [N] the row's first sentence
-        layout = {"src": _Spans(src_len, row, first), "tgt": _Spans(tgt_len, row, first)}
-        words = {"src": layout["src"], "tgt": _Spans(tgt_len - 1, row, first, layout["tgt"].start)}  # targets without EOS
-        columns = {name: self._packed_column(name, indices, words[name[:3]], layout[name[:3]].shape)
-                   for name in LIST_COLUMNS if name != "src_tree_parent"}
-        tgt_in = _add_bos_eos(columns["tgt_ids"], words["tgt"], row)
-        tensors = {name: torch.from_numpy(value) for name, value in columns.items()}
-        rows_ = PackedRows(source=layout["src"].packing(), target=layout["tgt"].packing(),
-                           tgt_in=torch.from_numpy(tgt_in), tgt_out=tensors["tgt_ids"])
-        return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
-                     tgt_lengths=torch.from_numpy(tgt_len - 1),
-                     src_tree_parent=torch.full((len(rows), 1), -1, dtype=torch.int64),
-                     src_text=[self.texts["src_text"][i] for i in indices],
-                     tgt_text=[self.texts["tgt_text"][i] for i in indices], rows=rows_, **tensors)
-
-    def _packed_column(self, name: str, indices: np.ndarray, spans: _Spans, shape: tuple[int, int]) -> np.ndarray:
-        """Column ``name`` of the sentences ``indices`` laid out in rows as ``spans`` says."""
-        values = self.values[name][np.repeat(self.offsets[name][indices], spans.lengths) + spans.within]
-        if name in HEAD_COLUMNS:  # a head is a position: the sentence's own, offset in the row
-            values = np.where(values >= 0, values + spans.rows_cols[1] - spans.within, values)
-        out = np.full(shape, PAD_VALUES.get(name, -1), dtype=np.int64)
-        out[spans.rows_cols] = values
-        return out
-
     def _tree_parents(self, indices: np.ndarray, longest: int) -> torch.Tensor:
         return pad_tree_parents([self.row("src_tree_parent", index) for index in indices], longest)
 
@@ -243,8 +123,8 @@ class BatchingConfig:
     update_freq: int = 1  # batches accumulated per update (with global_tokens: chosen, leave 1)
     global_tokens: int | None = None  # tokens per update over all ranks, independent of the workers
     # unpacked batches (the recurrent and tree encoders): True, each batch holds one length (the
-    # least padding); False, each batch is a random sample of the split, as JoeyNMT's, which
-    # learns more per update at about half the CPU tokens/s (padding; docs/performance.md)
+    # least padding); False, each batch is a random sample of the split, as JoeyNMT's (more
+    # padding, so fewer tokens per second)
     sort_by_length: bool = True
     # several random sentences per row, attention confined to each (models.inputs.Packing): the
     # composition of random batches at the speed of sorted ones (sort_by_length is then moot);
@@ -339,7 +219,7 @@ class ShardedBatches:
         while self.next_batch < len(batches):
             indices = batches[self.next_batch]
             self.next_batch += 1
-            yield (self.examples.collate_packed(indices, self.config.pack_width) if self.config.pack
+            yield (collate_packed(self.examples, indices, self.config.pack_width) if self.config.pack
                    else self.examples.collate(indices))
         self.epoch, self.next_batch = self.epoch + 1, 0
 
@@ -358,14 +238,11 @@ class ShardedBatches:
                 "sort_by_length": self.config.sort_by_length, "pack": bool(self.config.pack)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = self._layout()
-        older = {"max_tokens": self.max_tokens, "update_freq": self.update_freq,  # checkpoints before accumulation,
-                 "max_sentences": None, "max_length": None, "sort_by_length": True,
-                 "pack": False}  # sentence batches, random ones, sorted, unpacked
-        for key, value in expected.items():
-            saved = state.get(key, older.get(key))
+        for key, value in self._layout().items():
+            saved = state.get(key)
             if saved != value:
-                hint = f" (resume with --set batching.{key}={str(saved).lower()})" if key in ("pack", "sort_by_length") else ""
+                hint = (f" (resume with --set batching.{key}={str(saved).lower()})"
+                        if key in ("pack", "sort_by_length") else "")
                 raise ValueError(f"cannot restore batch position: saved {key}={saved!r}, now {value!r}{hint}")
         self.epoch, self.next_batch = int(state["epoch"]), int(state["next_batch"])
 
@@ -389,56 +266,6 @@ def _pack(order: np.ndarray, lengths: np.ndarray, max_tokens: int | None,
     return batches
 
 
-class _Spans:
-    """Where the sentences of a packed batch sit on one side: sentence i (in row order, in row
-    ``row[i]``) takes ``lengths[i]`` positions from ``start[i]``; ``rows_cols`` index them all."""
-
-    def __init__(self, lengths: np.ndarray, row: np.ndarray, first: np.ndarray, start: np.ndarray | None = None):
-        self.lengths = lengths
-        ends = np.cumsum(lengths)
-        if start is None:  # back to back within each row
-            start = ends - lengths - (ends - lengths)[first]
-        self.start = start
-        self.shape = (int(row[-1]) + 1, int((start + lengths).max()))  # [R, width]
-        self.within = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)  # position in the sentence
-        self.rows_cols = (np.repeat(row, lengths), np.repeat(start, lengths) + self.within)
-        self.number = np.repeat(np.arange(len(row)) - first, lengths)  # each position's sentence in its row
-
-    def packing(self) -> Packing:
-        """The models' view: each position's sentence (-1 on padding) and its position in it."""
-        sentence, position = np.full(self.shape, -1, dtype=np.int64), np.zeros(self.shape, dtype=np.int64)
-        sentence[self.rows_cols], position[self.rows_cols] = self.number, self.within
-        return Packing(sentence=torch.from_numpy(sentence), position=torch.from_numpy(position))
-
-
-def _add_bos_eos(tgt: np.ndarray, words: _Spans, row: np.ndarray) -> np.ndarray:
-    """Packed target rows [R, T] (sentences back to back, a free position after each): EOS into
-    that position (``tgt`` becomes tgt_out), and tgt_in returned: BOS y1..yn per sentence."""
-    tgt[row, words.start + words.lengths] = EOS_ID
-    tgt_in = np.full(tgt.shape, PAD_ID, dtype=np.int64)
-    tgt_in[row, words.start] = BOS_ID
-    rows, cols = words.rows_cols
-    tgt_in[rows, cols + 1] = tgt[rows, cols]
-    return tgt_in
-
-
-def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[list[int]]:
-    """Rows of sentence numbers: first fit in decreasing order of length, each row within
-    ``width`` on both sides."""
-    rows: list[list[int]] = []
-    used: list[list[int]] = []  # per row: source and target positions taken
-    for m in sorted(range(len(src_len)), key=lambda m: -max(src_len[m], tgt_len[m])):
-        for r, (s, t) in enumerate(used):
-            if s + src_len[m] <= width and t + tgt_len[m] <= width:
-                rows[r].append(m)
-                used[r] = [s + src_len[m], t + tgt_len[m]]
-                break
-        else:
-            rows.append([m])
-            used.append([int(src_len[m]), int(tgt_len[m])])
-    return rows
-
-
 def _split_until_divisible(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
     batches = list(batches)
     while len(batches) % world_size:
@@ -448,82 +275,3 @@ def _split_until_divisible(batches: list[np.ndarray], world_size: int) -> list[n
         half = len(batches[largest]) // 2
         batches[largest : largest + 1] = [batches[largest][:half], batches[largest][half:]]
     return batches
-
-
-class Prefetched:
-    """The rest of the epoch's updates of ``sampler`` (``ShardedBatches.updates``), collated
-    ``prefetch`` updates ahead by a thread (pinned for CUDA where ``pin``), or on the calling
-    thread with ``prefetch`` 0: the same updates in the same order either way.
-
-    ``state_dict()`` is the sampler's position after the last update *taken* (the thread may
-    have collated further): what a checkpoint saves, so a resumed run continues at the next
-    update it did not train.  ``wait_s`` adds up the time the caller waited for updates."""
-
-    _END = object()
-
-    def __init__(self, sampler: ShardedBatches, prefetch: int, pin: bool = False):
-        self.sampler, self.prefetch, self.pin = sampler, prefetch, pin
-        self.position = sampler.state_dict()
-        self.wait_s = 0.0
-        self._stop = threading.Event()
-        self._queue: queue.Queue = queue.Queue(maxsize=max(prefetch, 1))
-        self._thread: threading.Thread | None = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.position)
-
-    def __iter__(self) -> Iterator[list[Batch]]:
-        if self.prefetch == 0:
-            yield from self._inline()
-            return
-        self._thread = threading.Thread(target=self._produce, name="collate", daemon=True)
-        self._thread.start()
-        while True:
-            began = time.perf_counter()
-            item = self._queue.get()
-            self.wait_s += time.perf_counter() - began
-            if item is self._END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            update, self.position = item
-            yield update
-
-    def _inline(self) -> Iterator[list[Batch]]:
-        updates = self.sampler.updates()
-        while True:
-            began = time.perf_counter()
-            update = next(updates, None)
-            self.wait_s += time.perf_counter() - began
-            if update is None:
-                return
-            self.position = self.sampler.state_dict()
-            yield update
-
-    def _produce(self) -> None:
-        try:
-            for update in self.sampler.updates():
-                if self.pin:
-                    update = [batch.pin_memory() for batch in update]
-                if not self._put((update, self.sampler.state_dict())):
-                    return
-            self._put(self._END)
-        except BaseException as error:  # noqa: BLE001 - raised on the training thread
-            self._put(error)
-
-    def _put(self, item) -> bool:
-        """Queue ``item`` unless ``close`` came first (False then)."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def close(self) -> None:
-        """Stop the thread (an epoch cut short): what it collated ahead is dropped."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None

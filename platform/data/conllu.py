@@ -133,7 +133,8 @@ def _validate_heads(
     if len(roots) > 1:
         if not fix_roots:
             ids = ", ".join(str(r + 1) for r in roots)
-            raise InputError(path, word_lines[roots[1]], f"{len(roots)} roots (words {ids} have HEAD 0); pass --fix-roots to attach extra roots to the first")
+            raise InputError(path, word_lines[roots[1]], f"{len(roots)} roots (words {ids} have HEAD 0); "
+                             "pass --fix-roots to attach extra roots to the first")
         for extra in roots[1:]:
             heads[extra] = roots[0]
     _check_acyclic(path, heads, word_lines)

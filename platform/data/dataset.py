@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from platform import atomic
 from platform.data import storage
-from platform.data.batching import LIST_COLUMNS, TEXT_COLUMNS, ParquetExamples
+from platform.data.batch import LIST_COLUMNS, TEXT_COLUMNS
+from platform.data.batching import ParquetExamples
 from platform.errors import UserError
 
 SPLITS = ("train", "dev", "test")
@@ -66,7 +67,8 @@ def read_meta(directory: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{location}: not a prepared dataset (no {META_FILE}); run python -m platform.prepare") from None
+        raise UserError(f"{location}: not a prepared dataset (no {META_FILE}); "
+                        "run python -m platform.prepare") from None
     except (OSError, ValueError) as error:
         raise UserError(f"{path}: unreadable dataset metadata: {error}") from None
     if not storage.is_committed(location):

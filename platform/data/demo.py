@@ -73,7 +73,7 @@ class LexiconSize:
 
 # ``small`` (the default, ``--data demo``): a lexicon a 2-core machine learns within the
 # Quickstart sweep's 800 updates, so what separates trials is the syntax and the knobs.
-# ``large`` (``--data demo-large``, the original setting): a lexicon of 2,600 Zipf-distributed
+# ``large`` (``--data demo-large``): a lexicon of 2,600 Zipf-distributed
 # lemmas that a small model must memorise on top of the reordering (slow on a CPU; closer to
 # real data's rare-word problem).
 LEXICONS = {
@@ -103,7 +103,8 @@ def lexicon_counts(lexicon: str) -> tuple[int, int, int]:
     try:
         nouns, verbs, adjectives = (int(part) for part in lexicon.split(","))
     except ValueError:
-        raise UserError(f"--demo-lexicon expects {' or '.join(LEXICONS)} or NOUNS,VERBS,ADJECTIVES, got {lexicon!r}") from None
+        raise UserError(f"--demo-lexicon expects {' or '.join(LEXICONS)} or NOUNS,VERBS,ADJECTIVES, "
+                        f"got {lexicon!r}") from None
     return nouns, verbs, adjectives
 
 
@@ -191,7 +192,8 @@ class _Generator:
         rng = self.rng
         transitive = gap == "obj" or rng.random() < 0.65
         lex = self.lexicon
-        verb = self._pick(lex.num_transitive) if transitive else lex.num_transitive + self._pick(len(lex.verbs) - lex.num_transitive)
+        intransitive = len(lex.verbs) - lex.num_transitive  # the verbs after the transitive ones
+        verb = self._pick(lex.num_transitive) if transitive else lex.num_transitive + self._pick(intransitive)
         concept = next(self.concepts)
         subject = None if gap == "nsubj" else self.noun_phrase(depth)
         obj = None if gap == "obj" or not transitive else self.noun_phrase(depth)
@@ -375,15 +377,3 @@ def write_corpus(directory: str | Path, config: DemoConfig) -> dict[str, Path]:
                 tgt_file.write(to_conllu(pair.tgt, f"{split}-{number}"))
         prefixes[split] = prefix
     return prefixes
-
-
-def kendall_tau(pair: DemoPair) -> float | None:
-    """Kendall's τ between the source and target order of the shared content words
-    (1 = same order, -1 = reversed); None with fewer than two content words."""
-    tgt_position = {t.concept: i for i, t in enumerate(pair.tgt) if t.concept >= 0}
-    order = [tgt_position[t.concept] for t in pair.src if t.concept >= 0]
-    if len(order) < 2:
-        return None
-    pairs = list(itertools.combinations(order, 2))
-    concordant = sum(1 for a, b in pairs if a < b)
-    return (2 * concordant - len(pairs)) / len(pairs)

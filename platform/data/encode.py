@@ -2,8 +2,8 @@
 
 ``prepare`` reads CoNLL-U prefixes (``PREFIX.LANG.conllu[.gz]`` per side), learns or reuses
 the subword models, encodes every split with its trees and writes the dataset directory
-atomically; ``prepare_demo`` does the same for the generated demo corpus.  ``python -m platform.prepare`` is the
-command over these.
+atomically.  ``python -m platform.prepare`` is the command over it; ``data.builtin`` prepares
+the generated demo corpus through it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,11 @@ from models.inputs import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from platform import atomic
 from platform import config as config_io
 from platform.data import dataset as ds
-from platform.data import demo, storage
+from platform.data import storage
 from platform.data.conllu import Sentence, read_conllu
 from platform.data.subwords import SubwordConfig, SubwordModel, train_subwords
 from platform.data.trees import binary_tree, project_heads, word_depths
 from platform.errors import InputError, UserError
-
-DEMO_DIR = Path("data") / "demo"  # where ``--data demo`` is prepared, relative to the working directory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +83,8 @@ def read_corpus(prefix: str | Path, config: PrepareConfig, progress: bool = Fals
 
 
 def encode_corpus(
-    corpus: Corpus, models: tuple[SubwordModel, SubwordModel], config: PrepareConfig, *, filter_long: bool, progress: bool
+    corpus: Corpus, models: tuple[SubwordModel, SubwordModel], config: PrepareConfig, *, filter_long: bool,
+    progress: bool
 ) -> tuple[pa.Table, dict[str, int]]:
     """Encode a split into a Parquet table; long pairs are dropped only when ``filter_long``."""
     src_encoded = models[0].encode_sentences([s.words for s in corpus.src])
@@ -191,7 +190,8 @@ def prepare(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log(f"wrote {out} in {meta['seconds']} s: " + ", ".join(f"{s} {v['pairs_written']}" for s, v in meta["splits"].items()))
+    written = ", ".join(f"{split} {stats['pairs_written']}" for split, stats in meta["splits"].items())
+    log(f"wrote {out} in {meta['seconds']} s: {written}")
     return meta
 
 
@@ -230,86 +230,3 @@ def _write_all(tmp, config, corpora, models, models_bytes, progress, log) -> dic
         "config": config_io.to_dict(config),
         "command": shlex.join([Path(sys.executable).name, "-m", "platform.prepare", *sys.argv[1:]]),
     }
-
-
-def prepare_demo(
-    out: str | Path, config: PrepareConfig, demo_config: demo.DemoConfig, *, overwrite: bool = False, progress: bool = True, log: Log = lambda m: print(m, file=sys.stderr)
-) -> dict[str, Any]:
-    """Generate the synthetic demo corpus as CoNLL-U and prepare it through the same path.
-
-    The CoNLL-U files are kept in ``OUT/conllu/`` (to inspect, or to evaluate on)."""
-    out = Path(out)
-    existing = _existing_demo(out, config, demo_config)
-    if existing is not None and not overwrite:
-        log(f"{out} already holds this demo dataset (same generator and prepare settings); keeping it")
-        return existing
-    check_output(out, overwrite)
-    with _scratch(out) as scratch:
-        log(f"generating the synthetic demo corpus ({demo_config.num_train}/{demo_config.num_dev}/{demo_config.num_test} pairs, seed {demo_config.seed})")
-        prefixes = demo.write_corpus(scratch, demo_config)
-        return prepare(config, prefixes, out, overwrite=overwrite, progress=progress, log=log,
-                       extra_meta={"demo": config_io.to_dict(demo_config)}, attach={"conllu": scratch})
-
-
-def _existing_demo(out: Path, config: PrepareConfig, demo_config: demo.DemoConfig) -> dict[str, Any] | None:
-    """The metadata of ``out`` if it is a complete demo dataset made with these exact settings."""
-    meta = ds.read_meta_unchecked(out)
-    if meta is None:
-        return None
-    same = (meta.get("format_version") == ds.FORMAT_VERSION and meta.get("demo") == config_io.to_dict(demo_config)
-            and meta.get("config") == config_io.to_dict(config))
-    return meta if same and all(ds.split_exists(out, split) for split in ds.SPLITS) else None
-
-
-class _scratch:
-    """A temporary directory next to ``out`` (same filesystem), removed on exit."""
-
-    def __init__(self, out: Path):
-        self.path = out.with_name(f".{out.name}.demo-src")
-
-    def __enter__(self) -> Path:
-        shutil.rmtree(self.path, ignore_errors=True)
-        self.path.mkdir(parents=True)
-        return self.path
-
-    def __exit__(self, *exc: object) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- the demo corpus
-
-
-def prepare_default_demo(quiet: bool = False, lexicon: str = "small") -> Path:
-    """A built-in demo corpus (``--data demo`` or ``demo-large``), prepared once into ./data/demo
-    (./data/demo-large): 20,000/500/500 pairs with the ``demo.LEXICONS[lexicon]`` lexicon."""
-    size = demo.LEXICONS[lexicon]
-    config = PrepareConfig(src_lang=demo.SRC_LANG, tgt_lang=demo.TGT_LANG, subwords=SubwordConfig(vocab_size=size.vocab_size))
-    demo_config = demo.DemoConfig(num_nouns=size.nouns, num_verbs=size.verbs, num_adjectives=size.adjectives)
-    directory = DEMO_DIR if lexicon == "small" else DEMO_DIR.with_name(f"demo-{lexicon}")
-    log = (lambda m: None) if quiet else (lambda m: print(m, file=sys.stderr))
-    meta = ds.read_meta_unchecked(directory)
-    built_in = meta is not None and isinstance(meta.get("demo"), dict) and all(
-        meta["demo"].get(key) == getattr(demo_config, key) for key in ("num_train", "num_dev", "num_test", "seed"))
-    stale = built_in and _existing_demo(directory, config, demo_config) is None
-    if stale:  # the built-in corpus of an older version's settings (not one made with --demo-sizes/--seed)
-        log(f"{directory} holds the built-in demo corpus of other settings; generating it again")
-    prepare_demo(directory, config, demo_config, overwrite=stale, progress=False, log=log)
-    return directory.resolve()
-
-
-DEMO_NAMES = {"demo": "small", "demo-large": "large"}  # --data names of the built-in corpus (data/demo.LEXICONS)
-
-
-def resolve_dataset(data: str, quiet: bool = False) -> str:
-    """A ``--data`` argument as a prepared dataset's location: ``demo`` (``demo-large``) → the
-    built-in corpus, prepared once into ./data/demo (./data/demo-large); else a prepared
-    dataset (a local directory, made absolute, or a URI) with train and dev splits (a clear
-    error otherwise)."""
-    if data in DEMO_NAMES:
-        return str(prepare_default_demo(quiet, lexicon=DEMO_NAMES[data]))
-    location = storage.locate(data)
-    ds.read_meta(location.uri)  # a clear error if it is not a prepared dataset
-    for split in ("train", "dev"):
-        if not ds.split_exists(location.uri, split):
-            raise UserError(f"{location}: no {split}.parquet; training needs train and dev splits")
-    return location.uri

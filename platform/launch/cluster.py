@@ -121,8 +121,8 @@ def max_concurrent_trials(workers: int, cpus_per_worker: float, gpus_per_worker:
     if fits < 1 and joined and ceiling is None:  # e.g. a ray up head before its first GPU worker
         fits = requested or 1
     if fits < 1:
-        raise UserError(f"the cluster ({_resources(now)}{f'; at most {_resources(ceiling)} with its autoscaler' if ceiling else ''}) "
-                        f"cannot fit one trial of {workers} workers × {cpus_per_worker} CPUs / {gpus_per_worker} GPUs")
+        raise UserError(f"the cluster ({_cluster_text(now, ceiling)}) cannot fit one trial of {workers} workers × "
+                        f"{cpus_per_worker} CPUs / {gpus_per_worker} GPUs")
     wanted = min(requested or fits, fits)
     if wanted > fits_now:
         log(f"cluster: {_resources(now)} up now, {fits_now} trial(s) fit; the others wait for Ray's autoscaler to add "
@@ -130,8 +130,8 @@ def max_concurrent_trials(workers: int, cpus_per_worker: float, gpus_per_worker:
     return wanted
 
 
-# Eight sweep-size trials on one H100 train 5.6x the target tokens/s of one trial alone (four: 3.8x);
-# a paper-size model fills a GPU by itself (docs/performance.md, "GPU")
+# A sweep-size trial leaves most of a GPU idle, so eight share one; a paper-size model fills a GPU
+# by itself (docs/performance.md, "GPU", has the measurements)
 SMALL_MODEL_GPU_SHARE = 1 / 8
 
 
@@ -168,8 +168,7 @@ def check_worker_group(workers: int, cpus_per_worker: float, gpus_per_worker: fl
                                                       driver_cpu=0.0) >= 1):
         log(f"cluster: {_resources(now)} up now; {group} wait for Ray's autoscaler to add nodes")
         return
-    raise UserError(f"the cluster ({_resources(now)}{f'; at most {_resources(ceiling)} with its autoscaler' if ceiling else ''}) "
-                    f"cannot hold {group}")
+    raise UserError(f"the cluster ({_cluster_text(now, ceiling)}) cannot hold {group}")
 
 
 def trials_that_fit(resources: dict[str, float], workers: int, cpus_per_worker: float, gpus_per_worker: float,
@@ -188,6 +187,11 @@ def _autoscaler_ceiling() -> dict[str, float] | None:
         return compat.autoscaler_ceiling()
     except Exception:  # noqa: BLE001 - an internal API: without it, what is up now is the limit
         return None
+
+
+def _cluster_text(now: dict[str, float], ceiling: dict[str, float] | None) -> str:
+    """The cluster's resources now, and the most its autoscaler can bring up."""
+    return _resources(now) + (f"; at most {_resources(ceiling)} with its autoscaler" if ceiling else "")
 
 
 def _resources(resources: dict[str, float]) -> str:
@@ -211,9 +215,9 @@ def release_orphaned_groups(log=print) -> float:
     """Remove the placement groups ended sweeps left behind (``orphaned_groups``); returns their CPUs.
 
     Ray removes a non-detached group once its job and its creator have ended, but a Train
-    worker group that a controller made while a Ctrl-C'd sweep was tearing down outlived both
-    (1 CPU held until the cluster stopped: every later sweep a trial slot short).  Needs Ray's
-    state API (the dashboard); without it, nothing is done."""
+    worker group that a controller makes while a Ctrl-C'd sweep tears down can outlive both,
+    holding its CPU until the cluster stops: every later sweep would be a trial slot short.
+    Needs Ray's state API (the dashboard); without it, nothing is done."""
     try:
         ended, in_use, groups = cluster_records()
     except Exception:  # noqa: BLE001 - no state API here: nothing to say about leftovers
@@ -238,9 +242,10 @@ def cluster_records() -> tuple[set[str], set[str], list[dict]]:
     ended = {job.job_id for job in list_jobs(limit=10_000, timeout=10)
              if job.job_id and getattr(job.status, "value", job.status) not in ("PENDING", "RUNNING")
              and "platform.tune" in (job.entrypoint or "")}
-    in_use = {a.placement_group_id for a in list_actors(limit=10_000, detail=True, filters=[("state", "!=", "DEAD")], timeout=10)
-              if a.placement_group_id}
+    live = list_actors(limit=10_000, detail=True, filters=[("state", "!=", "DEAD")], timeout=10)
+    in_use = {a.placement_group_id for a in live if a.placement_group_id}
     groups = [{"placement_group_id": g.placement_group_id, "state": g.state, "is_detached": g.is_detached,
                "creator_job_id": g.creator_job_id, "bundles": g.bundles}
-              for g in list_placement_groups(detail=True, limit=10_000, filters=[("state", "!=", "REMOVED")], timeout=10)]
+              for g in list_placement_groups(detail=True, limit=10_000, filters=[("state", "!=", "REMOVED")],
+                                             timeout=10)]
     return ended, in_use, groups

@@ -32,8 +32,8 @@ from platform.launch.driver import run
 from platform.launch.spaces import RECIPE_KNOB
 from platform.tracking import runs, store
 from platform.tracking.logger import RunLogger
-from platform.tracking.significance import logged_tokenizer, paired_tests, test_outputs
-from platform.tracking.tables import format_table, to_csv
+from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs
+from platform.tracking.tables import format_table, mean_std, to_csv
 from platform.training.config import load_train_config
 
 STAGE = "confirm"
@@ -55,7 +55,7 @@ class Confirmation:
     rows: list[dict[str, Any]]
     seeds: int
     test_sentences: int
-    note: str = ""
+    tests: str  # how the configs were tested against the baseline, or why they were not
 
 
 def candidates(sweep, rows: list[dict[str, Any]], k: int) -> list[Candidate]:
@@ -110,7 +110,8 @@ def score_on_test(job, run_id: str) -> dict[str, float]:
     """Decode the dataset's test split with the run's best checkpoint (its recipe's decoding)
     and log the metrics and output files to the run, as ``platform.evaluate --run`` does."""
     from platform.data.dataset import read_examples
-    from platform.inference import Trained, log_test_results, write_outputs
+    from platform.inference import Trained, write_outputs
+    from platform.tracking.run_files import log_test_results
 
     trained = Trained.load(run_id=run_id, tracking_uri=job.tracking_uri)
     result, references = trained.score_examples(read_examples(job.dataset.location, "test"))
@@ -127,10 +128,10 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
     import ray.tune
 
     chosen = candidates(sweep, rows, k)
-    base_seed = int(sweep.space.base.get("seed", 1))
+    base_seed = sweep.space.base_config.seed
     entries = [{"index": i, "seed": base_seed + s} for i in range(len(chosen)) for s in range(seeds)]
-    setup = {"candidates": chosen, "entries": entries, "job": sweep.job, "sweep": sweep.name, "parent_run_id": sweep.parent_run_id,
-             "recipes": [_recipe(sweep, c) for c in chosen]}
+    setup = {"candidates": chosen, "entries": entries, "job": sweep.job, "sweep": sweep.name,
+             "parent_run_id": sweep.parent_run_id, "recipes": [_recipe(sweep, c) for c in chosen]}
     trainable = ray.tune.with_resources(ray.tune.with_parameters(confirm_trial, setup=setup), {"CPU": DRIVER_CPU})
     path = f"{sweep.path}-{STAGE}"
     if resume and ray.tune.Tuner.can_restore(path):
@@ -140,7 +141,8 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
             trainable, param_space={"entry": ray.tune.grid_search(list(range(len(entries))))},
             tune_config=ray.tune.TuneConfig(num_samples=1, max_concurrent_trials=sweep.max_concurrent),
             run_config=ray.tune.RunConfig(name=f"{sweep.name}-{STAGE}", storage_path=str(sweep.job.storage_path),
-                                          verbose=None if verbose else 0, callbacks=[_progress_callback(chosen, entries)]))
+                                          verbose=None if verbose else 0,
+                                          callbacks=[_progress_callback(chosen, entries)]))
     results = tuner.fit()
     failed = [r for r in results if r.error is not None or not r.metrics or "run_id" not in r.metrics]
     if failed:
@@ -170,44 +172,34 @@ def _progress_callback(chosen: list[Candidate], entries: list[dict[str, int]]):
 
 
 def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, int], str], seeds: int) -> Confirmation:
-    """Per candidate: test BLEU and chrF mean ± std over its seeds, and the p-values of the
-    paired tests against the baseline on the seeds' concatenated outputs."""
+    """Per candidate: test BLEU and chrF mean ± std over its seeds, and the paired tests against
+    the baseline (``tracking.significance``) on the seeds' outputs concatenated."""
     client = store.client(sweep.tracking_uri)
-    rows, outputs = [], {}
+    rows, hypotheses, references = [], [], []
     with tempfile.TemporaryDirectory(prefix="nmt-confirm-") as scratch:
         for index, candidate in enumerate(chosen):
             run_ids = [scored[key] for key in sorted(scored) if key[0] == index]
             metrics = [client.get_run(run_id).data.metrics for run_id in run_ids]
             files = [test_outputs(client, run_id, Path(scratch)) for run_id in run_ids]
-            # detokenized, as the runs' own scores: (hypotheses, references), the seeds concatenated
-            outputs[index] = ([line for f in files for line in f["hyp"]], [line for f in files for line in f["ref"]])
+            # detokenized, as the runs' own scores, the seeds concatenated
+            hypotheses.append([line for f in files for line in f["hyp"]])
+            references.append([line for f in files for line in f["ref"]])
             row = {"config": candidate.label, "recipe": _recipe(sweep, candidate),
                    **{key: candidate.knobs.get(key) for key in sweep.space.knobs if key != RECIPE_KNOB},
                    "seeds": len(run_ids)}
             for key in ("test_bleu", "test_chrf"):
                 values = [m[key] for m in metrics]
-                row[key] = f"{statistics.mean(values):.2f} ± {statistics.stdev(values) if len(values) > 1 else 0.0:.2f}"
+                row[key] = mean_std(values)
                 row[f"{key}_mean"] = statistics.mean(values)
             rows.append(row)
         tokenizer = logged_tokenizer(client, scored[min(scored)])
-    note = _add_p_values(rows, chosen, outputs, tokenizer)
-    sentences = len(outputs[0][1]) // max(seeds, 1) if outputs else 0
-    return Confirmation(rows, seeds, sentences, note)
-
-
-def _add_p_values(rows, chosen, outputs, tokenizer: str) -> str:
-    """p (paired bootstrap and approximate randomisation; BLEU and chrF) of every candidate
-    against the baseline (the first candidate), on detokenized text as the runs' scores."""
+    sentences = len(references[0]) // max(seeds, 1) if references else 0
     if not chosen or not chosen[0].is_baseline:
-        return "no baseline: the space names no baseline recipe, so no significance test"
-    references = outputs[0][1]
-    named = [(row["config"], outputs[i][0]) for i, row in enumerate(rows)]
-    results = paired_tests(named, references, tokenizer)
-    for i, row in enumerate(rows):
-        for metric, column in (("BLEU", "bleu"), ("chrF2", "chrf")):
-            for test_type in ("bs", "ar"):
-                row[f"p {column} ({test_type})"] = "–" if i == 0 else f"{results[test_type][metric][i].p_value:.4f}"
-    return ""
+        return Confirmation(rows, seeds, sentences, tests="no baseline: the space names no baseline recipe, "
+                                                          "so no significance test")
+    table = significance_table(rows, hypotheses, references[0], tokenizer)
+    return Confirmation(table, seeds, sentences,
+                        tests=f"tested on the seeds' outputs concatenated ({methods(tokenizer)})")
 
 
 def shown_rows(confirmation: Confirmation) -> list[dict[str, Any]]:
@@ -217,12 +209,10 @@ def shown_rows(confirmation: Confirmation) -> list[dict[str, Any]]:
 
 def confirmation_text(confirmation: Confirmation) -> str:
     """The confirmation table as markdown, with what it measured."""
-    return (f"## Confirmation on test\n\nEach config trained {confirmation.seeds} times (seeds) to the full budget, "
-            f"its best checkpoint decoded on the {confirmation.test_sentences} test sentences with its recipe's "
-            f"decoding; BLEU and chrF (sacrebleu) as mean ± std over the seeds; p against the baseline: paired "
-            f"bootstrap (bs, 1000 resamples) and approximate randomisation (ar, 10000 trials) on the seeds' outputs "
-            f"concatenated.\n\n{format_table(shown_rows(confirmation))}\n"
-            + (f"\n{confirmation.note}\n" if confirmation.note else ""))
+    return (f"## Confirmation on test\n\nEach config trained {confirmation.seeds} times (seeds) to the full "
+            f"budget, its best checkpoint decoded on the {confirmation.test_sentences} test sentences with its "
+            f"recipe's decoding; test BLEU and chrF (sacrebleu) as mean ± std over the seeds; "
+            f"{confirmation.tests}.\n\n{format_table(shown_rows(confirmation))}\n")
 
 
 def log_confirmation(sweep, confirmation: Confirmation) -> None:

@@ -153,7 +153,8 @@ def make_console(knobs: list[str], metric: str, max_epochs: int, table_every_s: 
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             epochs = int((trial.last_result or {}).get("training_iteration", 0))
-            how = "finished" if trial_status(epochs, max_epochs) == "COMPLETE" else f"stopped by ASHA after epoch {epochs}"
+            finished = trial_status(epochs, max_epochs) == "COMPLETE"
+            how = "finished" if finished else f"stopped by ASHA after epoch {epochs}"
             self._print(f"[{self._elapsed()}] trial {trial.trial_id} {how}")
 
         def on_trial_error(self, iteration, trials, trial, **info):

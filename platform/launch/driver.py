@@ -19,7 +19,7 @@ from platform.launch.cluster import start_ray
 from platform.launch.warm_start import WarmStart
 from platform.launch.worker import train_loop_per_worker
 from platform.tracking import runs
-from platform.tracking.store import start_relay
+from platform.tracking.relay import start_relay
 from platform.training.config import TrainConfig
 
 
@@ -95,7 +95,8 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
         train_loop_config={"config": config, "dataset": job.dataset,
                            "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
                            "started_at": job.started_at, "init": job.init.loop_config() if job.init else None},
-        scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu, resources_per_worker=resources),
+        scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu,
+                                               resources_per_worker=resources),
         torch_config=NodeBoundTorchConfig(),  # the process group listens on the node address only
         run_config=ray.train.RunConfig(
             name=job.run_name, storage_path=str(job.storage_path),

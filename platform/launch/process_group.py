@@ -66,7 +66,8 @@ def join_process_group(backend: str, world_rank: int, world_size: int, address: 
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
         os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
     if backend == "nccl" and "TORCH_NCCL_BLOCKING_WAIT" not in os.environ:
-        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a timed-out collective fails, as under Ray's set-up
+        # a timed-out collective fails, as under Ray's set-up
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     timeout = timedelta(seconds=timeout_s)
     if world_rank == 0:
         listener = socket.create_server((address, port))  # bound to the node address, not to every interface

@@ -70,7 +70,8 @@ def check_storage(storage_path: str) -> None:
         nodes = worker_nodes()
         seen = ray.get([
             ray.remote(num_cpus=0)(_sees).options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)).remote(probe.uri)
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False),
+            ).remote(probe.uri)
             for node in nodes])
     finally:
         probe.delete()

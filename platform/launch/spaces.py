@@ -24,9 +24,9 @@ names the recipe the confirmation stage compares with (``--confirm``); ``search`
 searcher and scheduler (``launch.searcher.SearchSettings``; flags win); ``objectives`` (a list of
 ``{metric, mode}``) makes the sweep multi-objective, its first being the scheduler's metric.
 
-``load_space`` reads the file once and owns the trials' base config: the space's model and
-recipe at a size, with ``--set`` overrides, validated with every first point and a few samples
-before any trial starts.
+``load_space`` reads the file once and keeps it, with the trials' base config (as data and
+loaded): the space's model and recipe at a size, with ``--set`` overrides, validated with every
+first point and a few samples before any trial starts.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from platform import config as config_io
 from platform.errors import ConfigError, UserError
 from platform.launch.searcher import SearchSettings
 from platform.training import recipes
-from platform.training.config import knob_key, knob_name, load_train_config, resolve
+from platform.training.config import TrainConfig, knob_key, knob_name, load_train_config, resolve
 
 LAYER_SYMBOLS = {"encoder_layers": "num_encoder_layers", "decoder_layers": "num_decoder_layers"}
 RECIPE_KNOB = "recipe"
@@ -87,22 +87,28 @@ class SpaceFile:
     first_points: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Space:
-    """A loaded space: its file, the trials' base config (plain data, validated), and layer
-    symbols resolved against the trial model's layer counts."""
+    """A loaded space: its file (as read, and parsed), the trials' base configs (plain data,
+    validated) and the first one loaded, which resolves the layer symbols."""
 
     name: str
     path: Path
+    text: str  # the space file as read (the sweep's parent run logs it)
     spec: SpaceFile
     bases: dict[str, dict[str, Any]]  # recipe name → the base config of its trials
-    layers: dict[str, int]
+    base_config: TrainConfig  # ``base``, loaded: what every trial shares (limits, seed, layer counts)
     baseline_config: dict[str, Any] | None = None  # the baseline recipe's config (--confirm)
 
     @property
     def base(self) -> dict[str, Any]:
-        """The base config of the space's (first) recipe: what every trial shares (its limits)."""
+        """The base config of the space's (first) recipe, as data."""
         return next(iter(self.bases.values()))
+
+    @property
+    def layers(self) -> dict[str, int]:
+        """The layer symbols (``encoder_layers``) as the trials' model counts them."""
+        return {symbol: getattr(self.base_config.model, name, 0) for symbol, name in LAYER_SYMBOLS.items()}
 
     @property
     def recipe(self) -> str:
@@ -140,7 +146,8 @@ class Space:
             if not metric or mode not in ("max", "min"):
                 raise UserError(f"--objective {text!r}: expected METRIC:max or METRIC:min")
             objectives.append(Objective(metric=metric, mode=mode))
-        spec = dataclasses.replace(self.spec, objectives=objectives, metric=objectives[0].metric, mode=objectives[0].mode)
+        spec = dataclasses.replace(self.spec, objectives=objectives, metric=objectives[0].metric,
+                                   mode=objectives[0].mode)
         return dataclasses.replace(self, spec=spec)
 
     def grid(self) -> dict[str, list[Any]]:
@@ -200,7 +207,8 @@ class Space:
         if RECIPE_KNOB in self.spec.params:
             return {RECIPE_KNOB: str(name), **point}
         if recipe.model != self.spec.model:
-            raise ConfigError(f"space {self.name}: first point recipe {name} is a {recipe.model} recipe, not {self.spec.model}")
+            raise ConfigError(f"space {self.name}: first point recipe {name} is a {recipe.model} recipe, "
+                              f"not {self.spec.model}")
         knobs = {key: value for key, value in {**recipe.settings, **recipe.training}.items() if key in self.spec.params}
         unset = sorted(key for key, value in knobs.items() if value is None and key not in point)
         if unset:
@@ -264,6 +272,7 @@ def load_space(name: str, size: str = "sweep", overrides: Sequence[str] = (), ma
     recipe it samples); every first point and a few samples are validated against them."""
     path = space_path(name)
     raw = _knob_names(config_io.read_yaml_mapping(path))
+    text = path.read_text(encoding="utf-8")  # readable: read_yaml_mapping read it
     params = raw.get("params")
     if not isinstance(params, dict) or not params:
         raise ConfigError(f"{path}: a space needs a non-empty params mapping")
@@ -274,16 +283,14 @@ def load_space(name: str, size: str = "sweep", overrides: Sequence[str] = (), ma
         max_epochs = spec.search.max_epochs
     if spec.objectives:  # the first objective is the sweep's metric (the scheduler's, the summary's order)
         spec = dataclasses.replace(spec, metric=spec.objectives[0].metric, mode=spec.objectives[0].mode)
-    bases = {name: _trial_base(recipe.model, name, size, overrides, max_epochs)
-             for name, recipe in _space_recipes(spec, path).items()}
-    loaded = load_train_config(next(iter(bases.values())))  # the layer counts the trials build
-    model = loaded.model
-    layers = {symbol: getattr(model, field_name, 0) for symbol, field_name in LAYER_SYMBOLS.items()}
+    loaded = {name: _trial_base(recipe.model, name, size, overrides, max_epochs)
+              for name, recipe in _space_recipes(spec, path).items()}
     baseline = None
     if spec.baseline is not None:
         baseline_recipe = _get_recipe(spec.baseline, path, "baseline")
-        baseline = _trial_base(baseline_recipe.model, spec.baseline, size, overrides, max_epochs)
-    space = Space(name, path, spec, bases, layers, baseline)
+        baseline, _ = _trial_base(baseline_recipe.model, spec.baseline, size, overrides, max_epochs)
+    space = Space(name=name, path=path, text=text, spec=spec, bases={k: data for k, (data, _) in loaded.items()},
+                  base_config=next(iter(loaded.values()))[1], baseline_config=baseline)
     _validate(space, path)
     return space
 
@@ -311,14 +318,17 @@ def _space_recipes(spec: SpaceFile, path: Path) -> dict[str, Any]:
     return {str(name): _get_recipe(str(name), path, f"params.{RECIPE_KNOB}") for name in knob.choices}
 
 
-def _trial_base(model: str, recipe: str | None, size: str, overrides: Sequence[str], max_epochs: int | None) -> dict[str, Any]:
-    """A trial's base config: ``model`` and ``recipe`` at ``size`` (``training.config.resolve``,
-    as ``platform.train`` resolves), ``--set`` ``overrides`` and ``max_epochs``, without early
-    stopping (the scheduler decides: a trial that ends early was pruned)."""
+def _trial_base(model: str, recipe: str | None, size: str, overrides: Sequence[str],
+                max_epochs: int | None) -> tuple[dict[str, Any], TrainConfig]:
+    """A trial's base config, as data and loaded: ``model`` and ``recipe`` at ``size``
+    (``training.config.resolve``, as ``platform.train`` resolves), ``--set`` ``overrides`` and
+    ``max_epochs``, without early stopping (the scheduler decides: a trial that ends early was
+    pruned)."""
     base = resolve(model, size, recipe=recipe, overrides=overrides, max_epochs=max_epochs)
     base["patience"] = None
-    _check_epoch_reports(load_train_config(base))  # a bad --set fails here
-    return base
+    config = load_train_config(base)  # a bad --set fails here
+    _check_epoch_reports(config)
+    return base, config
 
 
 def _check_epoch_reports(config) -> None:

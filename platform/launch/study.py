@@ -148,7 +148,8 @@ def study_plots(study, directory: Path) -> list[Path]:
         source, note = (importance_study(study) if name == "param_importances" else (study, ""))
         if source is None:
             continue
-        kwargs = {"target": lambda t: t.values[0], "target_name": "objective 0"} if several and name == "param_importances" else {}
+        first_objective = several and name == "param_importances"
+        kwargs = {"target": lambda t: t.values[0], "target_name": "objective 0"} if first_objective else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna marks its matplotlib backend experimental
             try:

@@ -11,10 +11,10 @@ from typing import Any
 from platform import atomic
 from platform import config as config_io
 from platform.data import storage
-from platform.data.encode import DEMO_DIR
+from platform.data.builtin import DEMO_DIR
 from platform.launch.study import load_study, log_study
 from platform.launch.sweep import Sweep, trial_run_tags, trial_seed
-from platform.tracking import plots, runs, store
+from platform.tracking import plots, relay, runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.tables import format_table, to_csv
 from platform.training.config import load_train_config
@@ -32,7 +32,7 @@ def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
     metric over its epochs, epochs run, status; with several objectives, ``pareto`` marks the
     rows no other finished row dominates."""
     rows = []
-    base_seed = int(sweep.space.base.get("seed", 1))
+    base_seed = sweep.space.base_config.seed
     objectives = sweep.space.objectives
     for result in results:
         if result.config is None:  # never started: the time budget ran out first
@@ -56,7 +56,10 @@ def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
     if len(objectives) > 1:
         mark_pareto_front(rows, objectives)
     metric = sweep.space.spec.metric
-    rows.sort(key=lambda r: -r.get(metric, float("-inf")) if sweep.space.spec.mode == "max" else r.get(metric, float("inf")))
+    if sweep.space.spec.mode == "max":
+        rows.sort(key=lambda r: -r.get(metric, float("-inf")))
+    else:
+        rows.sort(key=lambda r: r.get(metric, float("inf")))
     return rows
 
 
@@ -99,27 +102,32 @@ def closing_lines(sweep: Sweep, rows: list[dict[str, Any]], plots: list[Path]) -
     in MLflow, and the command that re-runs the best config."""
     metric = sweep.space.spec.metric
     best = best_row(rows, metric)
-    model = sweep.space.model_of({k: best[k] for k in sweep.space.knobs if best.get(k) is not None}) if best else sweep.space.model
+    model = sweep.space.model
+    if best is not None:
+        model = sweep.space.model_of({k: best[k] for k in sweep.space.knobs if best.get(k) is not None})
     scored = [row[metric] for row in rows if metric in row and row["status"] in ("COMPLETE", "PRUNED")]
     lines = []
     if best is not None:
         lines.append(f"best: trial {best['trial']} ({best['status'].lower()}), {metric} {best[metric]:.2f}; "
-                     f"worst finished or pruned trial {min(scored) if sweep.space.spec.mode == 'max' else max(scored):.2f}")
+                     f"worst finished or pruned trial "
+                     f"{min(scored) if sweep.space.spec.mode == 'max' else max(scored):.2f}")
     if sweep.time_budget_s and len(rows) < sweep.num_samples:
-        lines.append(f"time budget of {sweep.time_budget_s:g} s reached: {len(rows)} of {sweep.num_samples} trials started; "
-                     "the running ones were stopped there (pruned), the rest never started")
+        lines.append(f"time budget of {sweep.time_budget_s:g} s reached: {len(rows)} of {sweep.num_samples} "
+                     "trials started; the running ones were stopped there (pruned), the rest never started")
     front = [row for row in rows if row.get("pareto") == "yes"]
     if front:
         names = ", ".join(key for key, _ in sweep.space.objectives)
         lines.append(f"Pareto front ({names}): " + "; ".join(
-            f"trial {row['trial']} " + " / ".join(f"{row[key]:.4g}" for key, _ in sweep.space.objectives) for row in front))
+            f"trial {row['trial']} " + " / ".join(f"{row[key]:.4g}" for key, _ in sweep.space.objectives)
+            for row in front))
     for path in plots:
         lines.append(f"plot: {_relative(path)}")
     # MLflow 3.17's UI opens an experiment on its GenAI traces page whatever the experiment's
     # kind; ?workflowType=machine_learning opens the runs table (and the UI remembers the choice)
     page = f"#/experiments/{runs.experiment_id(sweep.tracking_uri, sweep.experiment)}?workflowType=machine_learning"
     if sweep.tracking_uri.startswith(("http://", "https://")):
-        where = f"{sweep.tracking_uri.rstrip('/')}/{page}   (parent run {sweep.name}: expand it, tick its trials, then Compare)"
+        where = (f"{sweep.tracking_uri.rstrip('/')}/{page}   "
+                 f"(parent run {sweep.name}: expand it, tick its trials, then Compare)")
     else:
         where = (f"mlflow ui --backend-store-uri {sweep.tracking_uri}, then http://127.0.0.1:5000/{page}   "
                  f"(parent run {sweep.name}: expand it, tick its trials, then Compare)")
@@ -127,7 +135,8 @@ def closing_lines(sweep: Sweep, rows: list[dict[str, Any]], plots: list[Path]) -
     config = Path(sweep.path) / "best_config.yaml"
     flags = _rerun_flags(sweep)
     if best is not None and config.is_file():
-        lines.append(f"re-run the best config: python -m platform.train --model {model} --config {_relative(config)}{flags}")
+        lines.append(f"re-run the best config: python -m platform.train --model {model} "
+                     f"--config {_relative(config)}{flags}")
     elif best is not None:
         lines.append(f"re-run the best config: MLFLOW_TRACKING_URI={sweep.tracking_uri} mlflow artifacts download "
                      f"-r {sweep.parent_run_id} -a best_config.yaml -d . && "
@@ -157,7 +166,8 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def time_shares(results, launched_at: float, wall_s: float, slots: int, ended_at: float | None = None) -> dict[str, float]:
+def time_shares(results, launched_at: float, wall_s: float, slots: int,
+                ended_at: float | None = None) -> dict[str, float]:
     """Where the sweep's time went, as shares of its trial slots' time (``wall_s × slots``,
     the sweep ending at ``ended_at``, default now): training steps, dev evaluation, trial
     start-up (trial start → first update), idle (slots without a trial once the last trial has
@@ -214,11 +224,14 @@ def time_line(shares: dict[str, float], slots: int) -> str:
     used = 1.0 - shares.get("time_share_idle", 0.0)
     if used > 0 and shares.get("time_share_idle", 0.0) >= 0.005:  # what overhead costs, apart from the tail
         parts[0] += f" ({shares['time_share_steps'] / used:.0%} of the slots' time with a trial)"
-    first = f"; first update {shares['launch_to_first_step_s']:.0f} s after launch" if "launch_to_first_step_s" in shares else ""
+    first = ""
+    if "launch_to_first_step_s" in shares:
+        first = f"; first update {shares['launch_to_first_step_s']:.0f} s after launch"
     return f"time: {wall // 60}m{wall % 60:02d}s; of {slots} trial slot(s): " + ", ".join(parts) + first
 
 
-def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[str, float] | None = None) -> list[Path]:
+def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results,
+                shares: dict[str, float] | None = None) -> list[Path]:
     """Summary table, best config (re-runnable with platform.train --config), time shares and the
     sweep plot on the parent run; returns the plot's local path (in the sweep's directory) if any."""
     logger = RunLogger(sweep.tracking_uri, sweep.parent_run_id, reopen=False)
@@ -235,12 +248,13 @@ def log_summary(sweep: Sweep, rows: list[dict[str, Any]], results, shares: dict[
             atomic.write_file(Path(sweep.path) / "best_config.yaml", lambda handle: handle.write(text))
         logger.metrics({f"best_{sweep.space.spec.metric}": best[sweep.space.spec.metric]}, step=0)
         logger.tag("best_trial", str(best["trial"]))
-        best_run = runs.find_run(sweep.tracking_uri, sweep.experiment, trial_run_tags(sweep.parent_run_id, str(best["trial"])))
+        best_run = runs.find_run(sweep.tracking_uri, sweep.experiment,
+                                 trial_run_tags(sweep.parent_run_id, str(best["trial"])))
         if best_run is not None:  # the best trial's MLflow model, also among the parent run's outputs
             runs.link_models(sweep.tracking_uri, best_run, sweep.parent_run_id)
     if shares:
         logger.metrics(shares, step=0)
-    carried = store.relay_carried_bytes(sweep.tracking_uri)  # files that crossed to the head as bytes
+    carried = relay.relay_carried_bytes(sweep.tracking_uri)  # files that crossed to the head as bytes
     if carried is not None:
         logger.metrics({"relay_artifact_bytes": float(carried)}, step=0)
     histories = {}

@@ -104,11 +104,10 @@ def final_after_fit_callback():
     class FinalAfterFit(TuneReportCallback):
         """Ray's ``TuneReportCallback``, but the report after which training ends (``LAST_REPORT``)
         waits for ``fit`` to return (``report_last``).  Tune stops a trial on the result that
-        reaches the scheduler's ``max_t``; seen first, that result let Tune kill the trial with its
-        Train controller before the controller shut down, so the controller's request to Ray's
-        autoscaler for the trial's GPUs stood for its full 180 s expiry and kept every node of
-        an ended sweep up that much longer (fake autoscaling cluster: released 2 min 50 s after
-        the sweep, not after the 12 s idle timeout)."""
+        reaches the scheduler's ``max_t``; were that result seen before the Train controller had
+        shut down, Tune would kill the trial with its controller, and the controller's request
+        to Ray's autoscaler for the trial's GPUs would stand until it expires (180 s), keeping
+        the nodes of an ended sweep up that long."""
 
         def after_report(self, run_context, metrics, checkpoint):
             if not metrics[0].get(LAST_REPORT):
@@ -282,10 +281,9 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
               "study_storage": shown_url(sweep.study_storage) if sweep.study_storage else "",
               "workers_per_trial": sweep.job.workers, "gpus_per_worker": sweep.job.gpus_per_worker,
               "max_concurrent": sweep.max_concurrent, "git_commit": sweep.job.git_commit}
-    space_text = sweep.space.path.read_text(encoding="utf-8")
     tags = {"sweep_parent": sweep.name, "space": sweep.space.name, "recipe": sweep.space.recipe}
     run_id = runs.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
-                            tags, space_text, source="platform.tune")
+                            tags, sweep.space.text, source="platform.tune")
     dataset = sweep.job.dataset  # the runs table's Dataset column, as on the trials
     runs.log_dataset_inputs(sweep.tracking_uri, run_id, dataset.name, read_meta(dataset.location))
     return run_id

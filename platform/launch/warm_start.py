@@ -74,14 +74,14 @@ def check_fits(state: dict, source: str, dataset: str, config: TrainConfig) -> N
                 f"--init-from {source}: its {side} subword model is not the one {dataset} was encoded with "
                 f"({sizes[0]} vs {sizes[1]} pieces), so its token ids would mean other pieces; prepare the data "
                 f"with `platform.prepare --subwords-from` the source's dataset")
-    config_from_checkpoint(state)  # refuses weights whose model now computes differently
+    config_from_checkpoint(state)  # its own config loads (a clear error otherwise)
     vocab = state["dataset_meta"]["vocab_size"]
     load_weights(build_model(config.model, vocab["src"], vocab["tgt"]), state["model"], f"--init-from {source}")
 
 
 def _fetch(source: str, tracking_uri: str, scratch: Path) -> tuple[Path, str | None, str | None]:
     """The checkpoint file of ``source``, and the MLflow run and logged model it comes from."""
-    from platform.inference import fetch_checkpoint
+    from platform.tracking.run_files import fetch_checkpoint
 
     if source.startswith("models:/"):
         run_id, model_id = _registered(source, tracking_uri)
@@ -95,7 +95,8 @@ def _fetch(source: str, tracking_uri: str, scratch: Path) -> tuple[Path, str | N
             path = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=str(scratch),
                                                        tracking_uri=tracking_uri)
         except Exception as error:  # noqa: BLE001 - said in one line
-            raise UserError(f"--init-from {source}: cannot download it ({' '.join(str(error).split())[:200]})") from None
+            said = " ".join(str(error).split())[:200]
+            raise UserError(f"--init-from {source}: cannot download it ({said})") from None
         run_id = source.split("/")[1] if source.startswith("runs:/") else None
         return Path(path), run_id, None
     if not Path(source).is_file():

@@ -8,7 +8,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +60,12 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
         hooks.logger.tag("cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     system, node_logger = _system_metrics(hooks, loop)
     try:
-        fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop.get("started_at"), init=loop.get("init"))
+        fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop["started_at"], init=loop["init"])
         hooks.finish()  # done already with the last epoch's report, unless no epoch was left to train
     finally:
         if system is not None:
             system.stop()
-        if node_logger is not None and (hooks.logger is None or node_logger is not hooks.logger.inner):
+        if node_logger is not None and node_logger is not hooks.logger:
             node_logger.close()
         if hooks.logger is not None:
             hooks.logger.close()  # a last try at what an outage held back; says what is lost
@@ -76,16 +75,17 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
 def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
     """The node's first worker samples the node's CPU, memory, disk, network and GPU into the
     run (``tracking.system``), through rank 0's logger on rank 0's node, its own elsewhere;
-    returns the sampler and the logger it uses (None, None on the node's other workers)."""
+    returns the sampler and the logger it uses (None, None on the node's other workers).  The
+    sampler calls from its own thread, so its calls do not count in rank 0's ``held_s``."""
     import ray.train
 
     import platform as _platform
 
     if ray.train.get_context().get_local_rank() != 0:
         return None, None
-    logger = hooks.logger.inner if hooks.logger is not None else RunLogger(
-        loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True)  # its own thread: not rank 0's held time
-    return node_sampler(logger, _platform.node(), loop.get("system_metrics_interval_s", 10.0)), logger
+    logger = hooks.logger if hooks.logger is not None else RunLogger(
+        loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True)
+    return node_sampler(logger, _platform.node()), logger
 
 
 def _quiet_report_dumps() -> None:
@@ -106,31 +106,6 @@ def _write_line(line: str) -> None:
     sys.stdout.flush()
 
 
-class HeldTime:
-    """Rank 0's ``RunLogger`` as the training thread sees it: the wall time of every call into it
-    (making it, writes, reads, drains) is added up in ``held_s``, measured here around the call,
-    whatever the logger does inside.  Other threads (the system-metrics sampler) use ``inner``."""
-
-    def __init__(self, make):
-        began = time.monotonic()
-        self.inner = make()
-        self.held_s = time.monotonic() - began
-
-    def __getattr__(self, name: str):
-        value = getattr(self.inner, name)
-        if not callable(value):
-            return value
-
-        def timed(*args, **kwargs):
-            began = time.monotonic()
-            try:
-                return value(*args, **kwargs)
-            finally:
-                self.held_s += time.monotonic() - began
-
-        return timed
-
-
 class RayHooks:
     """Ray Train around ``fit``: DDP wrapping, checkpoints through ``ray.train.report``,
     resuming from ``ray.train.get_checkpoint()``, and rank 0's MLflow logging."""
@@ -139,7 +114,7 @@ class RayHooks:
                  example_source: str = "a source sentence"):
         self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
         self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
-        self.logger = HeldTime(lambda: RunLogger(tracking_uri, run_id)) if rank == 0 else None
+        self.logger = RunLogger(tracking_uri, run_id) if rank == 0 else None
         self.num_parameters = 0.0  # set by wrap
         if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
             import ray
@@ -166,7 +141,8 @@ class RayHooks:
         with checkpoint.as_directory() as directory:
             state = load_checkpoint(Path(directory) / CHECKPOINT_FILE)
         self.history = list(state["progress"]["history"])
-        if self.rank == 0:  # the averaging window starts again at the resumed epoch (older weights were on the lost worker)
+        # the averaging window starts again at the resumed epoch (older weights were on the lost worker)
+        if self.rank == 0:
             self.keep_weights(state["progress"]["epoch"], state["model"], self.config.keep_last_epochs)
         if self.logger is not None:  # visible in MLflow: this run survived a failure
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
@@ -201,8 +177,8 @@ class RayHooks:
     def report(self, metrics, state, evaluation, is_best, final=False) -> None:
         """Rank 0 logs the epoch and reports it to Ray with its checkpoint; the report after
         which training ends carries ``LAST_REPORT``, and the end-of-run logging (``finish``) comes
-        *before* it: the workers end soon after it (and were once cut off mid-upload: no MLflow
-        model for any complete trial, when Tune saw that report first and tore the trial down)."""
+        *before* it, delivered: once Tune sees that report it may tear the workers down, and an
+        upload still under way (the MLflow model) would be cut off."""
         import ray.train
 
         reported = {**metrics, "num_parameters": self.num_parameters, **({LAST_REPORT: 1.0} if final else {})}
@@ -213,9 +189,7 @@ class RayHooks:
         self._log(metrics, state, evaluation, is_best)
         if final:
             self.finish()
-            # delivered before the report that lets Tune tear the workers down (rank 0's logger
-            # sends from a thread: the MLflow model's upload was once cut off mid-way)
-            self.logger.drain(RunLogger.CLOSE_WAIT_S)
+            self.logger.drain(RunLogger.CLOSE_WAIT_S)  # the logger sends from a thread: wait for it
         with temp_checkpoint(state) as directory:
             ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
 
@@ -257,7 +231,7 @@ class RayHooks:
                 self._log_mlflow_model(best)
             for path in epoch_files(self.workdir / LAST_EPOCHS):  # for evaluate --average-last
                 self.logger.artifact(path, LAST_EPOCHS)
-            # how long rank 0's calls into MLflow held training up, timed around each call: ~0 by design
+            # how long rank 0's calls into MLflow held training up (RunLogger.held_s): ~0 by design
             last = int(self.history[-1]["step"]) if self.history else 0
             self.logger.metrics({"tracking_wait_s": self.logger.held_s}, step=last)
 

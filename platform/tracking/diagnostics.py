@@ -14,7 +14,8 @@ from platform.training.loss import teacher_forcing, to_source
 
 
 @torch.no_grad()
-def parse_heat_map(checkpoint: str | Path, dataset_dir: str | Path, out: str | Path, num_sentences: int = 3) -> Path | None:
+def parse_heat_map(checkpoint: str | Path, dataset_dir: str | Path, out: str | Path,
+                   num_sentences: int = 3) -> Path | None:
     """Heat maps of the encoder parse head on the first dev sentences; None for models without one."""
     state = load_checkpoint(checkpoint)
     model, _ = model_from_checkpoint(state)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -10,6 +12,7 @@ from typing import Any
 
 from platform.tracking import model
 from platform.tracking.artifacts import files_of, upload_bytes
+from platform.tracking.relay import RelayClient
 from platform.tracking.store import (
     client,
     log_metrics,
@@ -19,6 +22,16 @@ from platform.tracking.store import (
     run_tags,
     server_down,
 )
+
+
+def _holds_caller(method):
+    """A ``RunLogger`` method whose wall time counts in ``held_s`` (see ``RunLogger._holding``)."""
+    @functools.wraps(method)
+    def held(self, *args, **kwargs):
+        with self._holding():
+            return method(self, *args, **kwargs)
+
+    return held
 
 
 class RunLogger:
@@ -35,7 +48,11 @@ class RunLogger:
     lost.  During an outage the sender first asks an HTTP server's ``/health`` (5 s) before it
     sends again, so a store that is still down costs seconds, not MLflow's retries.  Reads
     (``get_tag``, ``metric_steps``) wait at most ``READ_WAIT_S`` and count as unset when the
-    store does not answer.  For a CLI (``keep_going=False``) every call is sent at once and any failure raises."""
+    store does not answer.  For a CLI (``keep_going=False``) every call is sent at once and any failure raises.
+
+    ``held_s`` is the wall time the thread that made the logger spent in its calls (making it,
+    writes, reads, drains): on rank 0, how long MLflow held training up (``tracking_wait_s``).
+    Calls from other threads (the sender, the system-metrics sampler) do not count."""
 
     RETRY_AFTER_S = 60.0  # during an outage, new calls queue up without an attempt for this long
     READ_WAIT_S = 10.0  # how long a read may hold the caller
@@ -45,29 +62,49 @@ class RunLogger:
     CLOSE_WAIT_S = 150.0
 
     def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None):
-        self.tracking_uri, self.run_id = tracking_uri, run_id
-        self.client = client(tracking_uri)
-        self.pending: list[tuple[str, Callable[[], Any]]] = []
-        self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none pending)
-        self._outage = False  # the last attempt failed: probe before sending again
-        self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
-        self._lock = threading.Lock()  # guards pending
-        self._sending = threading.Lock()  # one flush at a time
-        self._wake = threading.Event()
-        self._closing = False
-        self._fatal: BaseException | None = None
-        self._sender = None
-        if self.keep_going:
-            self._sender = threading.Thread(target=self._send_loop, name=f"mlflow-{run_id[:8]}", daemon=True)
-            self._sender.start()
-        if reopen:  # training (also after a restart from a checkpoint): the run is live again
-            self._call("reopen the run", lambda: self.client.update_run(run_id, status="RUNNING"))
+        self.held_s = 0.0
+        self._owner, self._in_call = threading.get_ident(), False  # whose calls held_s counts
+        with self._holding():
+            self.tracking_uri, self.run_id = tracking_uri, run_id
+            self.client = client(tracking_uri)
+            self.pending: list[tuple[str, Callable[[], Any]]] = []
+            self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none pending)
+            self._outage = False  # the last attempt failed: probe before sending again
+            self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
+            self._lock = threading.Lock()  # guards pending
+            self._sending = threading.Lock()  # one flush at a time
+            self._wake = threading.Event()
+            self._closing = False
+            self._fatal: BaseException | None = None
+            self._sender = None
+            if self.keep_going:
+                self._sender = threading.Thread(target=self._send_loop, name=f"mlflow-{run_id[:8]}", daemon=True)
+                self._sender.start()
+            if reopen:  # training (also after a restart from a checkpoint): the run is live again
+                self._call("reopen the run", lambda: self.client.update_run(run_id, status="RUNNING"))
 
+    @contextlib.contextmanager
+    def _holding(self):
+        """Adds the block's wall time to ``held_s`` when the thread that made the logger runs it
+        (the outermost block only: a public call that makes another counts once)."""
+        if threading.get_ident() != self._owner or self._in_call:
+            yield
+            return
+        self._in_call, began = True, time.monotonic()
+        try:
+            yield
+        finally:
+            self._in_call = False
+            self.held_s += time.monotonic() - began
+
+    @_holds_caller
     def metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)  # when it was measured, not when it reached the store
         values = {key: float(value) for key, value in metrics.items()}
-        self._call(f"metrics of step {step}", lambda: on_client(self.client, log_metrics, self.run_id, values, step, now))
+        self._call(f"metrics of step {step}",
+                   lambda: on_client(self.client, log_metrics, self.run_id, values, step, now))
 
+    @_holds_caller
     def missing_metrics(self, history: list[dict[str, float]], key: str) -> None:
         """Log the entries of ``history`` (step = their ``key``) that the run does not have yet:
         what an outage kept from a worker that then died.  Which ones is decided when the call
@@ -75,16 +112,20 @@ class RunLogger:
         nothing twice once it is back."""
         entries = [{name: float(value) for name, value in metrics.items()} for metrics in history]
         now = int(time.time() * 1000)
-        self._call(f"missed {key}s", lambda: on_client(self.client, log_missing_metrics, self.run_id, key, entries, now))
+        self._call(f"missed {key}s",
+                   lambda: on_client(self.client, log_missing_metrics, self.run_id, key, entries, now))
 
+    @_holds_caller
     def tag(self, key: str, value: str) -> None:
         self._call(f"tag {key}", lambda: self.client.set_tag(self.run_id, key, value))
 
+    @_holds_caller
     def get_tag(self, key: str) -> str | None:
         """A tag of the run (None if unset, or if the store does not answer in ``READ_WAIT_S``)."""
         tags = self._read(f"tag {key}", lambda: on_client(self.client, run_tags, self.run_id))
         return None if tags is None else tags.get(key)
 
+    @_holds_caller
     def metric_steps(self, key: str) -> set[int] | None:
         """The steps at which ``key`` was logged (None if the store does not answer in time)."""
         steps = self._read(f"metric {key}", lambda: on_client(self.client, metric_steps, self.run_id, key))
@@ -110,18 +151,21 @@ class RunLogger:
         _warn(f"could not read {what} of run {self.run_id} ({reason}); taken as unset")
         return None
 
+    @_holds_caller
     def artifact(self, path: str | Path, directory: str | None = None) -> None:
         # a copy: the file may be rewritten (plots, best checkpoint) before a delayed upload
         data = Path(path).read_bytes()
         name = Path(path).name
-        self._call(f"artifact {directory or '.'}/{name}", lambda: upload_bytes(self.client, self.run_id, name, data, directory),
-                   replaces=True)
+        self._call(f"artifact {directory or '.'}/{name}",
+                   lambda: upload_bytes(self.client, self.run_id, name, data, directory), replaces=True)
 
+    @_holds_caller
     def model(self, directory: Path, step: int, params: dict[str, str]) -> None:
         """Log a saved MLflow model directory (``tracking.model.save``) as the run's logged model."""
         files, created = files_of(directory), {}  # a copy, read now; the id kept across retries
         self._call("the MLflow model", lambda: model.log(self.client, self.run_id, files, step, params, created))
 
+    @_holds_caller
     def text(self, text: str, artifact_file: str) -> None:
         name, parent = Path(artifact_file).name, str(Path(artifact_file).parent)
         data = text.encode("utf-8")
@@ -129,6 +173,7 @@ class RunLogger:
                    lambda: upload_bytes(self.client, self.run_id, name, data, None if parent == "." else parent),
                    replaces=True)
 
+    @_holds_caller
     def flush(self, force: bool = False) -> bool:
         """Send what is pending, in order, now; False if the store is still unreachable.
 
@@ -171,9 +216,11 @@ class RunLogger:
     def _down(self) -> str | None:
         """Why the tracking server does not answer its health check now, asked from where the
         calls go: this process, or the relay's node (None: it answers, or it is not a server)."""
-        down = getattr(self.client, "down", None)  # the relay's
-        return down() if down is not None else server_down(self.tracking_uri)
+        if isinstance(self.client, RelayClient):
+            return self.client.down()
+        return server_down(self.tracking_uri)
 
+    @_holds_caller
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for the sender to empty the queue (one forced try now)."""
         if self._sender is None:
@@ -188,6 +235,7 @@ class RunLogger:
             time.sleep(0.1)
         return False
 
+    @_holds_caller
     def close(self) -> list[str]:
         """Let the sender finish (at most ``CLOSE_WAIT_S``), make a last try; returns (and warns
         about) what could not be logged."""

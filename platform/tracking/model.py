@@ -6,7 +6,7 @@ NAME)``) and used by ``platform.train --init-from models:/NAME/VERSION``.
 
 What one model directory holds (``save``):
 
-- ``tracking/serving.py`` as MLflow's "model from code" (the ``Translator`` it loads);
+- ``platform/serving.py`` as MLflow's "model from code" (the ``Translator`` it loads);
 - the artifact ``checkpoint``: the best checkpoint's weights, resolved config, subword models
   and prepare settings (not its optimiser state), which ``platform.inference.Trained`` loads;
 - ``code/platform`` and ``code/models``: this repository's packages, so it loads where the
@@ -34,7 +34,7 @@ from platform.tracking.artifacts import upload_model_files
 from platform.training.checkpoint import config_from_checkpoint, load_checkpoint, save_checkpoint
 
 MODEL_NAME = "model"  # the logged model's name (MLflow's default artifact name)
-SERVING = Path(__file__).with_name("serving.py")  # the model's code, run by MLflow to load it (not imported here)
+SERVING = Path(__file__).parents[1] / "serving.py"  # the model's code, run by MLflow to load it (not imported here)
 CHECKPOINT = "checkpoint"  # its artifact: the best checkpoint's weights, config and subword models
 PROGRESS_BARS = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 SERVING_KEYS = ("format_version", "model", "config", "subword_models", "dataset_meta", "progress")
@@ -131,8 +131,8 @@ def log(mlflow_client, run_id: str, files: dict[str, bytes], step: int, params: 
 def add_outputs(mlflow_client, run_id: str, outputs: list) -> int:
     """Link logged models (``LoggedModelOutput``s) to ``run_id`` as its outputs, each once: a
     retry after a link that reached the store but whose answer was lost, or an interrupted
-    sweep's resume, must not link one again (the store refuses a duplicate, and did, in CI);
-    returns how many were new."""
+    sweep's resume, must not link one again (the store refuses a duplicate); returns how many
+    were new."""
     found = mlflow_client.get_run(run_id).outputs
     linked = {o.model_id for o in (found.model_outputs if found else [])}
     new = [o for o in outputs if o.model_id not in linked]

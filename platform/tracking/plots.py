@@ -30,7 +30,8 @@ def learning_curves(history: list[dict[str, float]], path: str | Path) -> Path:
     for key in shown("scores"):
         if any(key in row for row in history):
             scale = SHOWN[key].curve_scale
-            scores.plot(epochs, [row.get(key, np.nan) * scale for row in history], marker="o", label=key + (" ×100" if scale > 1 else ""))
+            label = key + (" ×100" if scale > 1 else "")
+            scores.plot(epochs, [row.get(key, np.nan) * scale for row in history], marker="o", label=label)
     losses.set_xlabel("update"), losses.set_title("loss"), losses.legend()
     scores.set_xlabel("update"), scores.set_title("dev scores"), scores.legend()
     figure.tight_layout()

@@ -66,13 +66,16 @@ def _log_dataset_inputs(mlflow_client, run_id: str, dataset: str, meta: dict[str
     name = dataset.rstrip("/").rsplit("/", 1)[-1]
     inputs = []
     for split, info in meta.get("splits", {}).items():
-        hashes = sorted(digest for path, digest in meta.get("inputs_sha256", {}).items() if path in info.get("files", []))
+        files = info.get("files", [])
+        hashes = sorted(digest for path, digest in meta.get("inputs_sha256", {}).items() if path in files)
         digest = hashlib.sha256(json.dumps({"inputs": hashes, "config": meta.get("config")}, sort_keys=True).encode())
         source = {"uri": f"{dataset.rstrip('/')}/{split}.parquet"}
-        profile = {"pairs": info.get("pairs_written"), "src_lang": meta.get("src_lang"), "tgt_lang": meta.get("tgt_lang")}
+        profile = {"pairs": info.get("pairs_written"), "src_lang": meta.get("src_lang"),
+                   "tgt_lang": meta.get("tgt_lang")}
+        source_type = dataset.split("://", 1)[0] if "://" in dataset else "local"
         inputs.append(DatasetInput(
-            Dataset(name=name, digest=digest.hexdigest()[:16], source_type=dataset.split("://", 1)[0] if "://" in dataset
-                    else "local", source=json.dumps(source), profile=json.dumps(profile)),
+            Dataset(name=name, digest=digest.hexdigest()[:16], source_type=source_type, source=json.dumps(source),
+                    profile=json.dumps(profile)),
             tags=[InputTag("mlflow.data.context", split)]))
     if inputs:
         mlflow_client.log_inputs(run_id, datasets=inputs)
@@ -120,7 +123,7 @@ def _experiment_id(mlflow_client, tracking_uri: str, name: str) -> str:
         try:
             return mlflow_client.create_experiment(name, artifact_location=artifact_location(tracking_uri, name),
                                                    tags=dict([EXPERIMENT_KIND]))
-        except Exception:  # created meanwhile by a concurrent trial
+        except Exception:  # noqa: BLE001 - created meanwhile by a concurrent trial: read it below
             experiment = mlflow_client.get_experiment_by_name(name)
     if RAY_COPY in (experiment.artifact_location or ""):
         sys.stderr.write(f"warning: experiment {name!r} keeps its artifacts in Ray's temporary copy of the repository "
@@ -151,7 +154,8 @@ def _start_run(mlflow_client, experiment: str, tracking_uri: str, run_name: str,
         all_tags["mlflow.parentRunId"] = parent_run_id
     if params.get("git_commit", "unknown") != "unknown":  # the commit column of MLflow's runs table
         all_tags["mlflow.source.git.commit"] = params["git_commit"]
-    run = mlflow_client.create_run(_experiment_id(mlflow_client, tracking_uri, experiment), run_name=run_name, tags=all_tags)
+    experiment_id = _experiment_id(mlflow_client, tracking_uri, experiment)
+    run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     run_id = run.info.run_id
     items = [Param(key, value) for key, value in params.items()]
     for start in range(0, len(items), 100):

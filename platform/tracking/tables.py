@@ -1,9 +1,10 @@
-"""Summary tables as markdown and CSV (sweep summaries, ``platform.report``)."""
+"""Summary tables as markdown and CSV (sweep summaries, confirmations, ``platform.report``)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import statistics
 from typing import Any
 
 
@@ -12,6 +13,12 @@ def number(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, float):
         return "" if value is None else str(value)
     return f"{value:.3g}"
+
+
+def mean_std(values: list[float]) -> str:
+    """Values over seeds as ``mean ± standard deviation`` (n - 1; 0 for one value)."""
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} ± {spread:.2f}"
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

@@ -30,7 +30,8 @@ def keep_epoch(directory: Path, epoch: int, weights: dict[str, Tensor], keep: in
     if keep < 1:
         return []
     directory.mkdir(parents=True, exist_ok=True)
-    atomic.write_file(directory / f"epoch_{epoch:04d}.pt", lambda handle: torch.save({"epoch": epoch, "model": weights}, handle))
+    atomic.write_file(directory / f"epoch_{epoch:04d}.pt",
+                      lambda handle: torch.save({"epoch": epoch, "model": weights}, handle))
     kept = epoch_files(directory)
     for old in kept[:-keep]:
         old.unlink()
@@ -41,6 +42,11 @@ def epoch_files(directory: Path) -> list[Path]:
     """The kept weight files in ``directory``, oldest epoch first."""
     found = [path for path in Path(directory).glob("epoch_*.pt") if _NAME.search(path.name)]
     return sorted(found, key=lambda path: int(_NAME.search(path.name).group(1)))
+
+
+def kept_weights(path: Path) -> dict[str, Tensor]:
+    """The model weights of one file ``keep_epoch`` wrote (tensors only: ``weights_only``)."""
+    return torch.load(Path(path), map_location="cpu", weights_only=True)["model"]
 
 
 def average(weights: list[dict[str, Tensor]]) -> dict[str, Tensor]:

@@ -2,7 +2,9 @@
 
 A checkpoint holds plain types and tensors only, so it loads with
 ``torch.load(weights_only=True)``; it carries the resolved config, the subword models and the
-dataset's prepare settings, so a checkpoint alone is enough to translate.
+dataset's prepare settings, so a checkpoint alone is enough to translate.  One of another
+``format_version`` is refused when it is loaded: formats before the first release are not
+converted.
 """
 
 from __future__ import annotations
@@ -23,14 +25,11 @@ from platform.errors import ConfigError
 from platform.training.config import TrainConfig, load_train_config
 
 CHECKPOINT_FILE = "checkpoint.pt"
-CHECKPOINT_FORMAT = 3
-# models whose computation changed with checkpoint format 2 (the paper-fidelity fixes: DBSA's
-# scaled biaffine, Yang's single attention and β from h̃, Gumbel's attended leaves, word-level
-# depths): their format-1 weights would now compute something else, so they are refused
-CHANGED_IN_FORMAT_2 = ("dbsa", "deprel", "hier_tree_gru", "gumbel_tree")
-# format 3: the tree models' top-down GRU is the papers' (models/tree.py ResetGRUCell); an older
-# checkpoint of them loads with ``top_down_cell: torch``, the cell its weights belong to
-TOP_DOWN_GRU_MODELS = ("hier_tree_gru", "gumbel_tree")
+CHECKPOINT_FORMAT = 4  # what ``checkpoint_state`` writes: the only format this code loads
+
+
+class IncompatibleCheckpoint(ConfigError):
+    """A checkpoint of another format, or made with another model config or other subwords."""
 
 
 def checkpoint_state(model: nn.Module, optimizer, scheduler, sampler: ShardedBatches, config: TrainConfig,
@@ -48,7 +47,8 @@ def checkpoint_state(model: nn.Module, optimizer, scheduler, sampler: ShardedBat
         "sampler": sampler.state_dict(),
         "config": config_io.dump_yaml(config),
         "progress": progress,
-        "subword_models": {side: torch.frombuffer(bytearray(blob), dtype=torch.uint8) for side, blob in subword_models.items()},
+        "subword_models": {side: torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+                           for side, blob in subword_models.items()},
         "dataset_meta": {"src_lang": dataset_meta["src_lang"], "tgt_lang": dataset_meta["tgt_lang"],
                          "vocab_size": dataset_meta["vocab_size"], "config": dataset_meta["config"]},
         "rng": {"torch": torch.get_rng_state(), "numpy_seed": int(np.random.randint(0, 2 ** 31 - 1))},
@@ -61,25 +61,29 @@ def save_checkpoint(state: dict, path: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> dict:
-    """Load with ``weights_only=True``: tensors and plain containers only, no arbitrary pickle."""
-    return torch.load(Path(path), map_location=device, weights_only=True)
+    """Load with ``weights_only=True``: tensors and plain containers only, no arbitrary pickle.
+    A checkpoint of another format is refused (``IncompatibleCheckpoint``)."""
+    state = torch.load(Path(path), map_location=device, weights_only=True)
+    check_format(state, path)
+    return state
+
+
+def check_format(state: dict, path: str | Path) -> None:
+    """Refuse a checkpoint not written in ``CHECKPOINT_FORMAT`` (format 1 had no version)."""
+    version = state.get("format_version", 1)
+    if version != CHECKPOINT_FORMAT:
+        when = "predates" if version < CHECKPOINT_FORMAT else "is newer than"
+        raise IncompatibleCheckpoint(f"{path}: the checkpoint (format {version}) {when} the current format "
+                                     f"({CHECKPOINT_FORMAT}); train it again with this version")
 
 
 def config_from_checkpoint(state: dict) -> TrainConfig:
-    data = config_io.yaml_load(state["config"])
-    version = state.get("format_version", 1)
-    if version < 3 and data.get("model", {}).get("name") in TOP_DOWN_GRU_MODELS:  # its weights are nn.GRUCell's
-        data["model"].setdefault("top_down_cell", "torch")
-    config = load_train_config(data)
-    if version < 2 and config.model.name in CHANGED_IN_FORMAT_2:
-        raise IncompatibleCheckpoint(f"checkpoint format {version} of a {config.model.name} model predates the "
-                                     "paper-fidelity fixes (docs/models.md), which change what its weights compute; "
-                                     "train it again")
-    return config
+    return load_train_config(config_io.yaml_load(state["config"]))
 
 
 def subword_models_from_checkpoint(state: dict) -> dict[str, SubwordModel]:
-    return {side: SubwordModel(bytes(tensor.cpu().numpy().tobytes())) for side, tensor in state["subword_models"].items()}
+    return {side: SubwordModel(bytes(tensor.cpu().numpy().tobytes()))
+            for side, tensor in state["subword_models"].items()}
 
 
 def model_from_checkpoint(state: dict, device: torch.device | str = "cpu") -> tuple[nn.Module, TrainConfig]:
@@ -88,10 +92,6 @@ def model_from_checkpoint(state: dict, device: torch.device | str = "cpu") -> tu
     model = build_model(config.model, vocab["src"], vocab["tgt"])
     load_weights(model, state["model"], "the checkpoint")
     return model.to(device).eval(), config
-
-
-class IncompatibleCheckpoint(ConfigError):
-    pass
 
 
 def load_weights(model: nn.Module, weights: dict[str, Tensor], what: str) -> None:
@@ -114,7 +114,6 @@ def restore(state: dict, model: nn.Module, optimizer, scheduler, sampler: Sharde
             scaler: torch.amp.GradScaler | None = None) -> dict[str, Any]:
     """Load a checkpoint into live objects; returns the saved progress."""
     module = model.module if hasattr(model, "module") else model
-    config_from_checkpoint(state)  # refuses a checkpoint whose model now computes differently
     load_weights(module, state["model"], "the checkpoint to resume")
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

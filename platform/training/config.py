@@ -160,7 +160,7 @@ RUN_PRESETS = {
     "cpu": {"max_epochs": 3, "batching": {"max_tokens": 1500}, "optim": {"lr": 2e-3, "warmup_steps": 100}},
     "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},
     # 200-update epochs: a trial's start-up (Ray Train's worker group) is paid once per trial, so
-    # shorter epochs spend more of a sweep starting trials (measured in docs/results.md)
+    # shorter epochs spend more of a sweep starting trials
     "sweep": {"max_epochs": 4, "max_steps_per_epoch": 200, "eval": {"max_sentences": 200}, "keep_last_epochs": 0,
               "batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 100}},
     "smoke": {"max_epochs": 2, "max_steps_per_epoch": 8, "eval": {"max_sentences": 40},
@@ -195,7 +195,8 @@ def load_train_config(data: dict[str, Any]) -> TrainConfig:
     if model["name"] not in MODELS:
         raise ConfigError(f"unknown model {model['name']!r}; available: {', '.join(MODELS)}")
     config_class = MODELS[model["name"]].config_class
-    layer_counts = {f.name: f.default for f in dataclasses.fields(config_class) if f.name in recipes.LAYER_KEYS.values()}
+    layer_counts = {f.name: f.default for f in dataclasses.fields(config_class)
+                    if f.name in recipes.LAYER_KEYS.values()}
     model = recipes.resolve_layers(model, layer_counts)  # p_enc: 4/6 → a layer of this model
     model_config = config_io.from_dict(config_class, model, where="model")
     try:

@@ -16,7 +16,8 @@ from platform.training.loss import loss_sums, parse_targets, teacher_forcing, to
 from platform.training.metrics import head_accuracy, translation_scores
 
 if TYPE_CHECKING:
-    from platform.data.batching import Batch, ParquetExamples
+    from platform.data.batch import Batch
+    from platform.data.batching import ParquetExamples
     from platform.data.subwords import SubwordModel
 
 
@@ -81,7 +82,8 @@ def _score_batch(model: nn.Module, batch: Batch, totals: dict, model_config) -> 
             totals[side][1] += counted
 
 
-def _decode(model: nn.Module, batch: Batch, config: TrainConfig, tgt_model: SubwordModel, beam: int | None) -> list[str]:
+def _decode(model: nn.Module, batch: Batch, config: TrainConfig, tgt_model: SubwordModel,
+            beam: int | None) -> list[str]:
     hypotheses = best_hypotheses(model, to_source(batch), beam=beam or config.eval.beam, alpha=config.eval.alpha,
                                  max_len_a=config.eval.max_len_a, max_len_b=config.eval.max_len_b)
     return [tgt_model.decode(h.tokens) for h in hypotheses]

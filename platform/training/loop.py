@@ -15,8 +15,9 @@ from pathlib import Path
 
 import torch
 
-from platform.data.batching import Prefetched, ShardedBatches
+from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
+from platform.data.prefetch import Prefetched
 from platform.data.subwords import SubwordModel
 from platform.training.averaging import LAST_EPOCHS, keep_epoch
 from platform.training.checkpoint import (
@@ -112,7 +113,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     state = hooks.resume()
     if state is not None:
         check_subwords(state, dataset)
-        progress = upgraded_progress(restore(state, model, optimizer, scheduler, sampler, ctx.scaler))
+        progress = restore(state, model, optimizer, scheduler, sampler, ctx.scaler)
         started_at = None  # a restart: its start-up is not the launch's
         log(f"resumed from epoch {progress['epoch']} (update {progress['step']})")
     elif init is not None:
@@ -140,19 +141,6 @@ def new_progress() -> dict:
             "bad_validations": 0}
 
 
-def upgraded_progress(saved: dict) -> dict:
-    """Progress from a checkpoint, older ones (per-epoch, best by dev_bleu) included."""
-    progress = {**new_progress(), **saved}
-    if "best_bleu" in saved:
-        best = saved.pop("best_bleu")
-        progress.pop("best_bleu", None)
-        progress["best"] = None if best < 0 else best
-        progress["bad_validations"] = progress.pop("bad_epochs", 0)
-        progress["best_step"] = next((int(row.get("step", 0)) for row in saved["history"]
-                                      if int(row["epoch"]) == saved.get("best_epoch")), 0)
-    return progress
-
-
 def check_subwords(state: dict, dataset: PreparedDataset) -> None:
     """A checkpoint resumes only on data encoded with its own subword models."""
     for side, blob in dataset.subword_bytes.items():
@@ -160,7 +148,8 @@ def check_subwords(state: dict, dataset: PreparedDataset) -> None:
         if saved is not None and bytes(saved.numpy().tobytes()) != blob:
             raise IncompatibleCheckpoint(
                 f"{dataset.directory} was prepared with other {side} subword models than the checkpoint to resume; "
-                f"encode it with `platform.prepare --subwords-from` the checkpoint's dataset, or train under a new --name")
+                "encode it with `platform.prepare --subwords-from` the checkpoint's dataset, "
+                "or train under a new --name")
 
 
 # what every ``log_every`` updates logs (``Hooks.progress``), beside the reports' own metrics

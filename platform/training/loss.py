@@ -20,13 +20,14 @@ from models.dbsa import IGNORE_INDEX, ParseSupervision, decoder_parse_targets, e
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, ModelOutput, Source
 
 if TYPE_CHECKING:
-    from platform.data.batching import Batch
+    from platform.data.batch import Batch
 
 def to_source(batch: Batch) -> Source:
     if batch.rows is not None:  # several sentences per row: the rows' used lengths
         lengths = (batch.rows.source.sentence >= 0).sum(dim=1)
         return Source(ids=batch.src_ids, lengths=lengths, depth=batch.src_depth, packed=batch.rows.source)
-    return Source(ids=batch.src_ids, lengths=batch.src_lengths, depth=batch.src_depth, tree_parent=batch.src_tree_parent)
+    return Source(ids=batch.src_ids, lengths=batch.src_lengths, depth=batch.src_depth,
+                  tree_parent=batch.src_tree_parent)
 
 
 def forward(model, batch: Batch, tgt_in: Tensor) -> ModelOutput:
@@ -38,7 +39,7 @@ def forward(model, batch: Batch, tgt_in: Tensor) -> ModelOutput:
 
 def teacher_forcing(batch: Batch) -> tuple[Tensor, Tensor]:
     """tgt_in = BOS y1..yn (PAD after), tgt_out = y1..yn EOS (PAD after): both [B, T+1]
-    (packed rows: built by ``collate_packed``, each sentence with its BOS and EOS)."""
+    (packed rows: built by ``data.packing.collate_packed``, each sentence with its BOS and EOS)."""
     if batch.rows is not None:
         return batch.rows.tgt_in, batch.rows.tgt_out
     batch_size = batch.tgt_ids.shape[0]

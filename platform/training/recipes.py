@@ -90,11 +90,13 @@ TRANSFORMER_PAPER = {  # the base Transformer both RANLP papers train
     "paper_training": {
         "optim.lr": (7e-4, "\"the learning rate and hyperparameter settings are set following Vaswani et al. "
                            "(2017)\" (Deguchi §4.2): d^-0.5 · warmup^-0.5 = 7.0e-4 at the end of warm-up"),
-        "optim.warmup_steps": (4000, "\"with 4,000 warm-up steps\" (Omote §5.1); Vaswani et al.'s, which Deguchi follows"),
+        "optim.warmup_steps": (4000, "\"with 4,000 warm-up steps\" (Omote §5.1); Vaswani et al.'s, "
+                                     "which Deguchi follows"),
     },
 }
 _ADAM_VASWANI = {"training": {
-    "optim.optimizer": ("adam", "\"We trained each model using Adam\" (Deguchi §4.2); \"We used the Adam optimizer\" (Omote §5.1)"),
+    "optim.optimizer": ("adam", "\"We trained each model using Adam\" (Deguchi §4.2); "
+                                "\"We used the Adam optimizer\" (Omote §5.1)"),
     "optim.schedule": ("inverse_sqrt", "\"the same warm-up and decay strategy for the learning rate as Vaswani et al. "
                                        "(2017)\" (Omote §5.1); \"set following Vaswani et al.\" (Deguchi §4.2)"),
     "optim.betas": ((0.9, 0.98), "\"β1 = 0.9, β2 = 0.98\" (Omote §5.1); Vaswani et al.'s (Deguchi)"),
@@ -108,8 +110,10 @@ _DEGUCHI_TRAINING = {
         "decode.alpha": (0.6, "\"length penalty α = 0.6 (Wu et al., 2016)\" (§4.2)"),
     },
     "paper_training": {
-        "batching.max_sentences": (224, "\"We set the mini-batch size to 224\" (§4.2; read as sentences, the unit is not stated)"),
-        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§4.2), so no token cap"),
+        "batching.max_sentences": (224, "\"We set the mini-batch size to 224\" "
+                                        "(§4.2; read as sentences, the unit is not stated)"),
+        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§4.2), "
+                                      "so no token cap"),
         "max_epochs": (20, "\"the number of epochs to 20\" (§4.2)"),
         "batching.max_length": (250, "\"long sentences with over 250 subword-tokens were filtered out\" (§4.1)"),
     },
@@ -136,7 +140,8 @@ _OMOTE_TRAINING = {
     },
     "paper_training": {
         "batching.max_sentences": (256, "\"The batch size was 256\" (§5.1; read as sentences, the unit is not stated)"),
-        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§5.1), so no token cap"),
+        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§5.1), "
+                                      "so no token cap"),
         "max_epochs": (30, "\"the number of epochs was 30\" (§5.1)"),
         "batching.max_length": (50, "\"sentence pairs of 50 words or less\" (§5.1); ours counts subwords, so it "
                                     "keeps somewhat fewer pairs"),
@@ -157,11 +162,10 @@ _YANG_DIMS = "\"The dimensions of word embedding and hidden layer are respective
 _YANG_PARTS = [{
     "settings": {
         "rnn_cell": ("gru", "\"we utilize the gated recurrent unit (GRU) … instead of an LSTM\" (§2.1)"),
-        "tree_cell": ("gru", "\"we utilize the gated recurrent unit (GRU)\" (§2.1) for the tree too; its equations are missing from the text (models/tree.py)"),
+        "tree_cell": ("gru", "\"we utilize the gated recurrent unit (GRU)\" (§2.1) for the tree too; "
+                             "its equations are missing from the text (models/tree.py)"),
         "attention": ("bahdanau", "\"attention mechanism Bahdanau et al. (2015)\" with input feeding (§2.2)"),
         "num_layers": (1, f"{NOT_STATED}: one layer, as dl4mt (\"based on dl4mt\", §4.2) and the equations"),
-        "top_down_cell": ("paper", f"{NOT_STATED} as an equation (eq. 3 is missing from the text): \"the definition of a GRU Cho et al. "
-                                   "(2014b)\", whose candidate is tanh(W x + U (r ⊙ h))"),
     },
     "training": {
         "optim.optimizer": ("adadelta", "\"the model parameters are optimized using AdaDelta Zeiler (2012)\" (§4.2)"),
@@ -179,14 +183,16 @@ _YANG_PARTS = [{
     "paper_size": {"d_embed": (620, _YANG_DIMS)},
     "paper_training": {
         "batching.max_sentences": (16, "\"We set the mini-batch size to 16\" (§4.2)"),
-        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§4.2), so no token cap"),
+        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§4.2), "
+                                      "so no token cap"),
         "batching.max_length": (40, "\"the maximum length of the sentence was 40\" (§4.1); ours counts subwords"),
     },
 }]
 _BIDIRECTIONAL_500 = {"paper_size": {"d_hidden": (500, "\"the dimensions of the forward and backward vectors, which "
                                                        "are half of those of the other hidden states, are set to "
                                                        "500\" (§4.2): memory and decoder 1,000")}}
-_FORWARD_1000 = {"paper_size": {"d_hidden": (1000, f"{_YANG_DIMS}: forward leaves only, so the memory and decoder are 1,000")}}
+_FORWARD_1000 = {"paper_size": {"d_hidden": (1000, f"{_YANG_DIMS}: forward leaves only, "
+                                                   "so the memory and decoder are 1,000")}}
 
 # ----------------------------------------------------------------------------- Currey & Heafield 2018
 
@@ -198,10 +204,10 @@ _CURREY_PARTS = [{
         "rnn_cell": ("lstm", "\"we run a single-layer bidirectional LSTM over the source sentence\" (§3.1)"),
         "num_layers": (2, _CURREY_SIZES),
         "dropout": (0.3, f"{_CURREY_SIZES}; theirs is variational (Gal and Ghahramani), ours standard dropout"),
-        "gumbel_tau": (0.5, "\"a Gumbel temperature of … 0.5, which performed best in preliminary experiments\" (§4.3)"),
+        "gumbel_tau": (0.5, "\"a Gumbel temperature of … 0.5, which performed best in preliminary "
+                            "experiments\" (§4.3)"),
         "attention": ("luong", f"{NOT_STATED}: Luong's general attention, OpenNMT-py's default (\"All models are "
                                "implemented in OpenNMT-py\", §4.3)"),
-        "top_down_cell": ("paper", "eq. 7, \"h̃↓_i = tanh(W h↑_i + U (r↓_i ⊙ h↓_p) + b)\" (§3.3)"),
     },
     "training": {
         "optim.optimizer": ("adam", "\"Models are trained using Adam … with learning rate 0.001\" (§4.3)"),
@@ -224,7 +230,8 @@ _CURREY_PARTS = [{
     },
     "paper_training": {
         "batching.max_sentences": (64, _CURREY_SIZES),
-        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§4.3), so no token cap"),
+        "batching.max_tokens": (None, f"{NOT_STATED} in tokens: the batch is counted in sentences (§4.3), "
+                                      "so no token cap"),
         "batching.max_length": (50, "\"We set maximum sentence length to 50\" (§4.3); ours counts subwords"),
         "max_epochs": (30, f"{NOT_STATED}: \"We train until convergence on the validation set\" (§4.3): at most 30 "
                            "epochs, with patience"),
@@ -241,7 +248,8 @@ RECIPES: dict[str, Recipe] = {
     "deguchi2019/baseline": _recipe("transformer", f"{_DEGUCHI}: Transformer baseline", _DEGUCHI_PARTS),
     "deguchi2019/enc": _recipe("dbsa", f"{_DEGUCHI}: DBSA encoder side", [*_DEGUCHI_PARTS, _ENC_LAYER], p_dec=None),
     "deguchi2019/dec": _recipe("dbsa", f"{_DEGUCHI}: DBSA decoder side", [*_DEGUCHI_PARTS, _DEC_LAYER], p_enc=None),
-    "deguchi2019/enc+dec": _recipe("dbsa", f"{_DEGUCHI}: DBSA on both sides", [*_DEGUCHI_PARTS, _ENC_LAYER, _DEC_LAYER]),
+    "deguchi2019/enc+dec": _recipe("dbsa", f"{_DEGUCHI}: DBSA on both sides",
+                                   [*_DEGUCHI_PARTS, _ENC_LAYER, _DEC_LAYER]),
     "omote2019/baseline": _recipe("transformer", f"{_OMOTE}: Transformer baseline", _OMOTE_PARTS),
     "omote2019/rel": _recipe("transformer_rel", f"{_OMOTE}: rel (Shaw et al., k = 2)", [*_OMOTE_PARTS, _CLIPS],
                              use_rel=True),
@@ -249,7 +257,8 @@ RECIPES: dict[str, Recipe] = {
                              use_dep=True, use_rel=False),
     "omote2019/dep+rel": _recipe("deprel", f"{_OMOTE}: dep+rel (k = 2, l = 2)", [*_OMOTE_PARTS, _CLIPS, _DEPTH_CLIP],
                                  use_dep=True, use_rel=True),
-    "yang2017/seq2seq": _recipe("seq2seq", f"{_YANG}: sequential baseline (RNNsearch)", [*_YANG_PARTS, _BIDIRECTIONAL_500]),
+    "yang2017/seq2seq": _recipe("seq2seq", f"{_YANG}: sequential baseline (RNNsearch)",
+                                [*_YANG_PARTS, _BIDIRECTIONAL_500]),
     "yang2017/tree2seq": _recipe("tree2seq", f"{_YANG}: Table 3 \"tree-based encoder\" (Eriguchi et al., forward "
                                  "leaves)", [*_YANG_PARTS, _FORWARD_1000], bidirectional=False),
     "yang2017/bileaf": _recipe("tree2seq", f"{_YANG}: Table 3 \"+ bidirectional leaf-node encoding\" (92.0M)",
@@ -322,6 +331,6 @@ def describe() -> str:
     """The recipe table for ``--help`` and docs/models.md."""
     lines = []
     for name, recipe in RECIPES.items():
-        default = " (default for --model %s)" % recipe.model if DEFAULT_RECIPE.get(recipe.model) == name else ""
+        default = f" (default for --model {recipe.model})" if DEFAULT_RECIPE.get(recipe.model) == name else ""
         lines.append(f"{name:22s} {recipe.model:15s} {recipe.source}{default}")
     return "\n".join(lines)

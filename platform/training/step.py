@@ -23,7 +23,7 @@ from platform.training.context import Context, seed_everything
 from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing
 
 if TYPE_CHECKING:
-    from platform.data.batching import Batch
+    from platform.data.batch import Batch
 
 
 def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:

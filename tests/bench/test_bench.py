@@ -7,10 +7,10 @@ import sys
 
 import pytest
 import torch
+from helpers import ROOT
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import ROOT
 from models import MODELS, build_model
 from platform.bench import common, decode, runner, sweep, trees
 from platform.bench import models as bench_models

@@ -18,7 +18,8 @@ def study():
 
 @pytest.fixture(scope="module")
 def s3_env():
-    from conftest import MotoServer, require_module
+    from helpers import require_module
+    from servers import MotoServer
 
     require_module("moto", "moto[server] (the dev extra) is the S3-compatible test server")
     server = MotoServer()

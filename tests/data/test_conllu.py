@@ -6,12 +6,13 @@ import json
 import re
 
 import pytest
+from helpers import run_module
 
-from conftest import run_module
 from platform.data.conllu import read_conllu
 from platform.errors import InputError
 
-GOOD = "# text = a b c\n1\ta\ta\tX\t_\t_\t2\tdep\t_\t_\n2\tb\tb\tX\t_\t_\t0\troot\t_\t_\n3\tc\tc\tX\t_\t_\t2\tdep\t_\t_\n\n"
+GOOD = ("# text = a b c\n1\ta\ta\tX\t_\t_\t2\tdep\t_\t_\n2\tb\tb\tX\t_\t_\t0\troot\t_\t_\n"
+        "3\tc\tc\tX\t_\t_\t2\tdep\t_\t_\n\n")
 
 
 def row(token_id, head, form="w"):
@@ -88,7 +89,8 @@ def test_mismatched_sentence_counts(tmp_path):
     prefix = write_pair(tmp_path, GOOD * 3, GOOD * 2)
     out = tmp_path / "out"
     result = run_module("platform.prepare", *prepare_args(prefix, out))
-    assert_clean_failure(result, out, f"{prefix}.xx.conllu:11: sentence counts differ: {prefix}.xx.conllu has 3, {prefix}.yy.conllu has 2")
+    assert_clean_failure(result, out, f"{prefix}.xx.conllu:11: sentence counts differ: "
+                                      f"{prefix}.xx.conllu has 3, {prefix}.yy.conllu has 2")
 
 
 def test_missing_file_and_unknown_flag_fail_cleanly(tmp_path):

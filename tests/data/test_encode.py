@@ -6,9 +6,8 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_full_binary_tree
+from helpers import assert_full_binary_tree, run_module
 
-from conftest import run_module
 from platform.data import dataset as ds
 from platform.data.conllu import read_conllu
 from platform.data.subwords import UNK_ID, SubwordModel
@@ -106,7 +105,8 @@ def test_max_len_drops_long_training_pairs_and_counts_them(tanaka, tmp_path):
     train = pq.read_table(out / "train.parquet")
     dropped = meta["splits"]["train"]["dropped_too_long"]
     assert 0 < dropped < 500 and train.num_rows == 500 - dropped
-    lengths = [max(len(s), len(t)) for s, t in zip(train.column("src_ids").to_pylist(), train.column("tgt_ids").to_pylist())]
+    pairs = zip(train.column("src_ids").to_pylist(), train.column("tgt_ids").to_pylist())
+    lengths = [max(len(s), len(t)) for s, t in pairs]
     assert max(lengths) <= 10
     assert pq.read_table(out / "dev.parquet").num_rows == 500  # evaluation data is never filtered
     assert meta["splits"]["dev"]["over_max_len_kept"] > 0

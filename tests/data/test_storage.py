@@ -10,7 +10,7 @@ import pytest
 
 from platform.data import dataset as ds
 from platform.data import storage
-from platform.data.encode import resolve_dataset
+from platform.data.builtin import resolve_dataset
 from platform.errors import UserError
 
 
@@ -36,7 +36,8 @@ def test_publish_copies_every_file_then_the_marker_and_refuses_to_replace_withou
     storage.publish(demo_dataset, target)
     marker = json.loads((target / storage.COMMITTED).read_text())
     digest, size = storage.directory_sha256(demo_dataset)
-    assert marker == {"files": len([p for p in demo_dataset.rglob("*") if p.is_file()]), "bytes": size, "sha256": digest}
+    files = [p for p in demo_dataset.rglob("*") if p.is_file()]
+    assert marker == {"files": len(files), "bytes": size, "sha256": digest}
     assert ds.read_meta(target) == ds.read_meta(demo_dataset)
     assert (target / "conllu").is_dir()  # subdirectories too
     assert len(ds.read_examples(target, "train")) == len(ds.read_examples(demo_dataset, "train"))
@@ -60,7 +61,8 @@ def test_the_storage_path_defaults_to_nmt_storage_path(monkeypatch):
 @pytest.fixture(scope="module")
 def s3_server():
     """A real S3-compatible server (moto) on loopback, with the bucket ``data``."""
-    from conftest import MotoServer, require_module
+    from helpers import require_module
+    from servers import MotoServer
 
     require_module("moto", "moto[server] (the dev extra) is the S3-compatible test server")
     server = MotoServer()

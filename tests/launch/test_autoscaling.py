@@ -26,9 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import end_ray_processes_under, free_port, runs_of
-
-from conftest import ROOT, wait_for
+from helpers import ROOT, end_ray_processes_under, free_port, runs_of, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -14,15 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import runs_of, sweep_args, validated_epochs
+from helpers import ROOT, rungs, runs_of, saved_state, sweep_args, validated_epochs, wait_for
+from ray_private import train_worker_pids
+from servers import MlflowServer
 
-from conftest import ROOT, MlflowServer, wait_for
 from platform import train, tune
-from platform.compat import train_worker_pids
 from platform.launch.cluster import cluster_records
-from platform.launch.searcher import rungs, saved_state
-
-pytestmark = pytest.mark.slow
 
 
 def alive_train_workers() -> list[int]:
@@ -36,47 +33,41 @@ def alive_train_workers() -> list[int]:
     return sorted(actor.pid for actor in actors)
 
 
-@pytest.mark.parametrize("rank, save_every", [(0, None), (1, None), (1, 5)])
-def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_cluster, demo_dataset, tmp_path,
-                                                                          monkeypatch, rank, save_every):
-    """Rank 0 (which logs to MLflow) and a non-zero rank, each SIGKILLed on purpose mid-epoch 2;
-    with ``save_every`` 5 (epochs of 12 updates here), killed after a mid-epoch checkpoint: the
-    run resumes at that update and ends with exactly the updates of 3 epochs, none lost or
-    repeated (which batches: ``tests/training/test_loop.py``, by their examples)."""
+def test_a_killed_train_worker_resumes_from_its_mid_epoch_checkpoint_in_the_same_run(ray_cluster, demo_dataset,
+                                                                                   tmp_path, monkeypatch):
+    """A non-zero rank SIGKILLed on purpose right after a mid-epoch checkpoint (``save_every`` 5,
+    epochs of 12 updates here): a new worker group reopens the same run, resumes at that update
+    and ends with exactly the updates of 3 epochs, none lost or repeated (rank 0 killed and
+    resumed from an epoch's checkpoint:
+    test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once; which batches:
+    ``tests/training/test_loop.py``, by their examples)."""
     monkeypatch.setenv("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")  # to tell the ranks' pids apart
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     storage = tmp_path / "runs"
+    save_every = 5
     args = ["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2", "--max-epochs", "3",
             "--set", "max_steps_per_epoch=30", "--experiment", "kill-worker", "--tracking-uri", uri,
-            "--storage-path", str(storage), "--max-failures", "1", "--name", "victim",
-            *(["--save-every", str(save_every)] if save_every else [])]
+            "--storage-path", str(storage), "--max-failures", "1", "--name", "victim", "--save-every", str(save_every)]
     killed: list[int] = []
     restarted: list[dict[int, int]] = []
     failures: list[BaseException] = []
 
-    def kill_one_worker_after_the_first_checkpoint():
+    def kill_rank_1_after_the_first_mid_epoch_checkpoint():
         try:
             # registered by Ray (in its snapshot), not merely being copied into storage
             snapshot = storage / "victim" / "checkpoint_manager_snapshot.json"
-            if save_every:  # the workers first, then the kill as soon as the mid-epoch checkpoint is registered
-                pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 300, "two live workers")
-                wait_for(lambda: latest_checkpoint(snapshot).get("step", 0) >= save_every, 300,
-                         "the first mid-epoch checkpoint", poll=0.02)
-            else:
-                wait_for(lambda: snapshot.exists() and "checkpoint_dir_name" in snapshot.read_text(), 300,
-                         "the first checkpoint")
-                pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 60, "two live workers")
-                assert sorted(pids.values()) == alive_train_workers()
-                time.sleep(0.5)  # into epoch 2
-            os.kill(pids[rank], signal.SIGKILL)
-            killed.append(pids[rank])
+            pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 300, "two live workers")
+            wait_for(lambda: latest_checkpoint(snapshot).get("step", 0) >= save_every, 300,
+                     "the first mid-epoch checkpoint", poll=0.02)
+            os.kill(pids[1], signal.SIGKILL)
+            killed.append(pids[1])
             # while training goes on: a new worker group, none of the old processes in it
             restarted.append(wait_for(lambda: (p := train_worker_pids()) and len(p) == 2
                                       and not set(p.values()) & set(pids.values()) and p, 120, "the new worker group"))
         except BaseException as error:  # noqa: BLE001 - reported by the test below
             failures.append(error)
 
-    killer = threading.Thread(target=kill_one_worker_after_the_first_checkpoint)
+    killer = threading.Thread(target=kill_rank_1_after_the_first_mid_epoch_checkpoint, daemon=True)
     killer.start()
     assert train.main(args) == 0
     killer.join()
@@ -89,10 +80,7 @@ def test_a_killed_train_worker_resumes_from_its_checkpoint_in_the_same_run(ray_c
     steps = sorted(int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu"))
     per_epoch = steps[-1] - steps[-2]  # the last epoch's updates, all after the kill
     resumed_at = int(run.data.tags["resumed_from_update"])
-    if save_every is None:
-        assert int(run.data.tags["resumed_from_epoch"]) >= 1 and resumed_at % per_epoch == 0
-    else:  # a checkpoint inside an epoch, every 5 updates
-        assert resumed_at % per_epoch != 0 and resumed_at % save_every == 0, (resumed_at, per_epoch)
+    assert resumed_at % per_epoch != 0 and resumed_at % save_every == 0, (resumed_at, per_epoch)  # inside an epoch
     assert run.data.metrics["step"] == 3 * per_epoch  # the updates of 3 epochs, counted across the kill
 
 
@@ -124,6 +112,8 @@ def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cl
     storage = tmp_path / "runs"
     snapshot = storage / "victim" / "checkpoint_manager_snapshot.json"
     failures: list[BaseException] = []
+    killed: list[dict[int, int]] = []
+    live: list[list[int]] = []
 
     def epoch_1_logged() -> bool:
         _, found = runs_of(server.uri, "relog")
@@ -135,14 +125,16 @@ def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cl
             server.stop()
             wait_for(lambda: latest_checkpoint_epoch(snapshot) >= 2, 300, "epoch 2's checkpoint", poll=0.1)
             pids = wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and p, 60, "two live workers", poll=0.1)
+            live.append(alive_train_workers())  # the ranks' pids are the cluster's live Train workers
             os.kill(pids[0], signal.SIGKILL)
+            killed.append(pids)
             wait_for(lambda: (p := train_worker_pids()) and len(p) == 2 and not set(p.values()) & set(pids.values()),
                      120, "the new worker group")
             server.start()
         except BaseException as error:  # noqa: BLE001 - reported by the test below
             failures.append(error)
 
-    thread = threading.Thread(target=outage_then_kill)
+    thread = threading.Thread(target=outage_then_kill, daemon=True)
     thread.start()
     try:
         assert train.main(["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2",
@@ -151,9 +143,15 @@ def test_a_resumed_rank_0_logs_the_epochs_an_outage_kept_from_mlflow_once(ray_cl
                            "--name", "victim"]) == 0
         thread.join(timeout=400)
         assert not failures, failures
-        client, (run,) = runs_of(server.uri, "relog")
+        assert len(killed) == 1 and live == [sorted(killed[0].values())]
+        client, (run,) = runs_of(server.uri, "relog")  # the restarted worker group reopened the same run
         assert run.info.status == "FINISHED" and run.data.tags["resumed_from_epoch"] == "2"
-        assert validated_epochs(client, run.info.run_id) == [1, 2, 3]
+        assert run.data.tags["restarts"] == "1"
+        assert validated_epochs(client, run.info.run_id) == [1, 2, 3]  # each epoch once
+        steps = sorted(int(m.step) for m in client.get_metric_history(run.info.run_id, "dev_bleu"))
+        per_epoch = steps[-1] - steps[-2]
+        assert int(run.data.tags["resumed_from_update"]) == 2 * per_epoch  # at epoch 2's end
+        assert run.data.metrics["step"] == 3 * per_epoch  # the updates of 3 epochs, counted across the kill
     finally:
         if server.process.poll() is None:
             server.stop()
@@ -173,13 +171,13 @@ params:
   dropout: {type: float, low: 0.0, high: 0.3, grid: [0.0, 0.2]}
 """
 
-# (scheduler, searcher, space, extra flags, configs sampled, trials per config, tracking): every
-# choice the issue names once (asha+tpe: test_ashas_rungs_survive_an_interrupted_sweeps_resume);
-# one on an MLflow server backed by a real PostgreSQL database, as on the cluster's head
+# (scheduler, searcher, space, extra flags, configs sampled, trials per config, tracking): the
+# driver killed once on Ray, on an MLflow server backed by a real PostgreSQL database as on the
+# cluster's head; the other searchers and schedulers resume through the same save and restore,
+# done without a cluster in test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it
+# (asha+tpe interrupted with Ctrl-C: test_ashas_rungs_survive_an_interrupted_sweeps_resume)
 KILLED_DRIVERS = [
-    ("hyperband", "grid", "grid", [], 3, 1, "sqlite"),
     ("median", "cmaes", "dbsa", [], 3, 1, "postgresql"),
-    ("none", "random", "dbsa", ["--seeds-per-config", "2"], 1, 2, "sqlite"),
 ]
 
 
@@ -217,7 +215,8 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
 
     try:
         wait_for(lambda: driver.poll() is None and a_trial_has_reported(), 300, "a trial's first epoch")
-        wait_for(lambda: list((tmp_path / "runs" / "k1").glob("experiment_state-*.json")), 60, "Tune's experiment state")
+        wait_for(lambda: list((tmp_path / "runs" / "k1").glob("experiment_state-*.json")), 60,
+                 "Tune's experiment state")
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything in its process group
         driver.wait(timeout=60)
@@ -231,15 +230,18 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     parents = [r for r in runs if r.data.tags.get("sweep_parent") == "k1"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert parents[0].data.params["scheduler"] == scheduler and parents[0].data.params["searcher"] == f"optuna-{searcher}"
+    assert parents[0].data.params["scheduler"] == scheduler
+    assert parents[0].data.params["searcher"] == f"optuna-{searcher}"
     trial_ids = [c.data.tags["trial_id"] for c in children]
     assert len(children) == configs * seeds and len(set(trial_ids)) == len(children)  # none duplicated by the resume
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-    assert all(c.info.status == "FINISHED" for c in children), [(c.data.tags["trial_id"], c.info.status) for c in children]
+    assert all(c.info.status == "FINISHED" for c in children), [(c.data.tags["trial_id"], c.info.status)
+                                                                for c in children]
     if seeds > 1:  # each sampled config trained with seeds 1 and 2
         by_config = {}
         for c in children:
-            by_config.setdefault((c.data.params["optim.lr"], c.data.params["dropout"]), []).append(c.data.params["seed"])
+            config = (c.data.params["optim.lr"], c.data.params["dropout"])
+            by_config.setdefault(config, []).append(c.data.params["seed"])
         assert sorted(sorted(s) for s in by_config.values()) == [["1", "2"]] * configs
     if searcher == "grid":  # distinct points of the grid
         points = {(c.data.params["optim.lr"], c.data.params["dropout"]) for c in children}
@@ -261,6 +263,100 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
             stored = connection.execute(sqlalchemy.text("select count(*) from runs")).scalar()
         engine.dispose()
         assert stored == len(children) + 1
+
+
+# what Tune hands the searcher and the scheduler for one trial's epochs, and how it ends
+RESUMED_TRIALS = {"t0": [10.0, 12.0, 14.0], "t1": [20.0, 21.0, 22.0], "t2": [5.0, 6.0, 7.0]}
+
+
+def _drive(searcher, scheduler, trial_id: str, epochs: list[float], complete: bool = True) -> dict:
+    """Trial ``trial_id`` sampled, its epochs reported (scheduler first, as Tune does) until the
+    scheduler stops it or the epochs end, then completed; returns the config it was given."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    config = searcher.suggest(trial_id)
+    trial = SimpleNamespace(trial_id=trial_id, config=config, evaluated_params=config)
+    scheduler.on_trial_add(None, trial)
+    result = {}
+    for epoch, bleu in enumerate(epochs, 1):
+        result = {"training_iteration": epoch, "dev_bleu": bleu}
+        decision = scheduler.on_trial_result(None, trial, result)
+        if decision == TrialScheduler.STOP:
+            break
+        searcher.on_trial_result(trial_id, result)
+    if complete:
+        scheduler.on_trial_complete(None, trial, result)
+        searcher.on_trial_complete(trial_id, result)
+    return config
+
+
+@pytest.mark.parametrize("searcher_name,scheduler_name,seeds", [("grid", "hyperband", 1), ("random", "none", 2),
+                                                                 ("tpe", "asha", 1)])
+def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tmp_path, searcher_name,
+                                                                             scheduler_name, seeds):
+    """What ``--resume`` after a killed driver restores, with the real Optuna samplers and Ray
+    Tune's schedulers, no cluster (the live study's storage: the test on Ray): a searcher and scheduler
+    saved mid-sweep (Tune's ``save_to_dir``, one trial running) are restored into fresh ones,
+    which finish the running trial and sample the rest; every trial ends in the study once with
+    its final state, a grid gives distinct points, seed repeats keep their groups, and the
+    scheduler keeps its rungs (the kill itself, on Ray:
+    test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial)."""
+    from helpers import study_of
+
+    from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
+    from platform.launch.spaces import load_space
+
+    (tmp_path / "grid.yaml").write_text(GRID_SPACE)
+    space = load_space(str(tmp_path / "grid.yaml") if searcher_name == "grid" else "dbsa", "smoke")
+    settings = SearchSettings(searcher=searcher_name, scheduler=scheduler_name)
+
+    def session():
+        scheduler = make_scheduler(settings, 3, metric="dev_bleu", mode="max")
+        searcher = make_searcher(space, 0, 3, scheduler=scheduler, settings=settings, seeds_per_config=seeds)
+        searcher.set_search_properties("dev_bleu", "max", {})
+        return searcher, scheduler
+
+    searcher, scheduler = session()
+    configs = {"t0": _drive(searcher, scheduler, "t0", RESUMED_TRIALS["t0"])}
+    configs["t1"] = _drive(searcher, scheduler, "t1", RESUMED_TRIALS["t1"][:1], complete=False)  # running: killed
+    (tmp_path / "saved").mkdir()
+    searcher.save_to_dir(str(tmp_path / "saved"), session_str="s")
+    saved_rungs = rungs(scheduler) if scheduler_name in ("asha", "hyperband") else None
+
+    resumed, resumed_scheduler = session()  # the new driver: fresh objects, then what the old one saved
+    resumed.restore_from_dir(str(tmp_path / "saved"))
+    if saved_rungs is not None:  # ASHA's (HyperBand's first bracket's) rungs, as saved
+        assert rungs(resumed_scheduler) == saved_rungs
+    if scheduler_name == "asha":  # one bracket: both trials reached its first rung before the kill
+        assert saved_rungs[1] >= {"t0", "t1"}
+    from types import SimpleNamespace
+
+    running = SimpleNamespace(trial_id="t1", config=configs["t1"], evaluated_params=configs["t1"])
+    for epoch, bleu in enumerate(RESUMED_TRIALS["t1"][1:], 2):  # Tune resumes t1 from its checkpoint
+        resumed_scheduler.on_trial_result(None, running, {"training_iteration": epoch, "dev_bleu": bleu})
+        resumed.on_trial_result("t1", {"training_iteration": epoch, "dev_bleu": bleu})
+    resumed.on_trial_complete("t1", {"training_iteration": 3, "dev_bleu": RESUMED_TRIALS["t1"][-1]})
+    configs["t2"] = _drive(resumed, resumed_scheduler, "t2", RESUMED_TRIALS["t2"])
+
+    def knobs(config: dict) -> tuple:
+        return tuple(sorted((k, str(v)) for k, v in config.items() if k != "__trial_index__"))
+
+    trials = study_of(resumed).trials
+    states = [t.state.name for t in trials]
+    if seeds > 1:  # t0, t1: the two seeds of one config, Optuna got their mean once; t2 starts the next
+        assert knobs(configs["t0"]) == knobs(configs["t1"]) != knobs(configs["t2"])
+        assert states[0] == "COMPLETE" and trials[0].value == pytest.approx((14.0 + 22.0) / 2)
+        assert len(trials) == 2
+    else:  # every trial once, each with its final state
+        assert len(trials) == 3 and set(states) <= {"COMPLETE", "PRUNED"}, states
+        assert len({knobs(config) for config in configs.values()}) == 3
+    if searcher_name == "grid":  # distinct points of the grid, none repeated across the restore
+        points = {knobs(config) for config in configs.values()}
+        assert points <= {(("dropout", d), ("optim.lr", lr)) for lr in ("0.001", "0.002") for d in ("0.0", "0.2")}
+    if scheduler_name == "asha":  # the weak t2 was compared with the rungs saved before the kill
+        assert {"t0", "t1", "t2"} <= rungs(resumed_scheduler)[1]
 
 
 def saved_rungs(sweep_path: Path) -> dict[int, set[str]]:
@@ -325,7 +421,8 @@ first_points:
 """
 
 
-def test_six_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_cluster(ray_cluster, demo_dataset, tmp_path):
+def test_six_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_cluster(ray_cluster, demo_dataset,
+                                                                                    tmp_path):
     space = tmp_path / "load.yaml"
     space.write_text(LOAD_SPACE)
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -344,7 +441,8 @@ def test_six_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_clus
         assert "loss became" in run.data.tags["error"] and "diverged at epoch 1" in run.data.tags["diverged"]
         assert "retry_refused" in run.data.tags  # Ray restarted it once; the new workers refused to train again
         assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
-        assert re.fullmatch(r"diverged at epoch 1, update \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)", run.data.tags["diverged"])
+        assert re.fullmatch(r"diverged at epoch 1, update \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)",
+                            run.data.tags["diverged"])
     assert all(r.info.status == "FINISHED" for r in healthy)
     states = optuna_trial_states(tmp_path / "runs" / "load")
     assert states.count("FAIL") == len(diverged) and len(states) == 6

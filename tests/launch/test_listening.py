@@ -3,7 +3,7 @@
 import os
 import subprocess
 
-from platform.tracking.store import start_relay
+from platform.tracking.relay import start_relay
 
 
 def descendants(root: int) -> set[int]:
@@ -54,13 +54,18 @@ def test_a_local_cluster_listens_on_loopback_only(ray_cluster, tmp_path):
     assert not exposed, f"listening beyond loopback: {exposed}"
 
 
-def test_two_worker_training_listens_on_loopback_only(ray_cluster, demo_dataset, tmp_path):
+def test_two_worker_training_listens_on_loopback_only_and_logs_one_run_with_workers_2(ray_cluster, demo_dataset,
+                                                                                      tmp_path):
     """Every listening socket of the cluster's processes, sampled all through a real 2-worker
-    training: torch's store on rank 0 and gloo's pairs included, none beyond loopback (Ray
-    Train's own set-up served the store on ``*:port``)."""
+    DDP training: torch's store on rank 0 and gloo's pairs included, none beyond loopback (Ray
+    Train's own set-up served the store on ``*:port``).  The training is one MLflow run with
+    ``workers`` 2, the node's system metrics (sampled by its first worker only) and its datasets."""
     import threading
     import time
 
+    from helpers import runs_of
+
+    import platform as _platform
     from platform import train
 
     seen: set[tuple[str, str]] = set()
@@ -68,7 +73,8 @@ def test_two_worker_training_listens_on_loopback_only(ray_cluster, demo_dataset,
 
     def training():
         outcome["code"] = train.main(["--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
-                                      "--data", str(demo_dataset), "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                                      "--data", str(demo_dataset), "--experiment", "ddp",
+                                      "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
                                       "--storage-path", str(tmp_path / "runs"), "--max-failures", "0"])
 
     thread = threading.Thread(target=training)
@@ -82,3 +88,11 @@ def test_two_worker_training_listens_on_loopback_only(ray_cluster, demo_dataset,
     exposed = sorted((address, owner) for address, owner in seen
                      if not address.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:")))
     assert not exposed, f"listening beyond loopback: {exposed}"
+    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "ddp")
+    assert len(runs) == 1
+    assert runs[0].data.params["workers"] == "2" and runs[0].info.status == "FINISHED"
+    system = {name for name in runs[0].data.metrics if name.startswith("system/")}  # one node: one sampler
+    assert f"system/{_platform.node()}/cpu_utilization_percentage" in system
+    assert {name.split("/")[1] for name in system} == {_platform.node()}
+    contexts = {t.value for i in runs[0].inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
+    assert contexts == {"train", "dev", "test"}  # the Dataset column of MLflow's runs table

@@ -21,10 +21,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import end_ray_processes_under, free_port, runs_of
+from helpers import ROOT, end_ray_processes_under, free_port, require_module, runs_of
 from mlflow.tracking import MlflowClient
-
-from conftest import ROOT, MotoServer, require_module
+from servers import MotoServer
 
 BUCKET = "nmt"
 pytestmark = pytest.mark.slow
@@ -109,20 +108,15 @@ class HiddenNodeCluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """The two-node cluster (and the S3 server) for this module; the session's local cluster,
-    if this process runs one, is shut down first and started again afterwards."""
-    import ray
-
+def cluster(own_module_cluster, tmp_path_factory):
+    """The two-node cluster (and the S3 server) this module's tests share; the session's local
+    cluster, if this process runs one, is shut down first (``own_module_cluster``)."""
     require_module("moto", "moto[server] (the dev extra) is the S3-compatible test server")
     can_unshare = shutil.which("unshare") is not None and os.geteuid() == 0 and subprocess.run(
         ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, timeout=30).returncode == 0
     if not can_unshare:  # as for the shared data: a failure under CI, a skip on a laptop
         (pytest.fail if os.environ.get("CI", "").lower() == "true" else pytest.skip)(
             "needs root, unshare(1) and mount namespaces (CAP_SYS_ADMIN) for the worker node")
-    restart = ray.is_initialized()
-    if restart:
-        ray.shutdown()
     s3 = MotoServer()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **s3.env()}
     env.pop("PYTHONPATH", None)
@@ -138,10 +132,6 @@ def cluster(tmp_path_factory):
         hidden.stop()
         s3.stop()
         shutil.rmtree(shared, ignore_errors=True)
-        if restart:
-            from platform.launch.cluster import start_ray
-
-            start_ray(None, num_cpus=4, log_to_driver=False)  # as the session's fixture does
 
 
 def cli(cluster, module: str, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -168,7 +158,8 @@ def test_train_on_a_node_without_the_heads_files_ships_the_local_demo_corpus(clu
     run = found[0]
     assert run.data.tags["node_id"] == hidden.worker != hidden.head  # rank 0 ran on the other node
     assert run.data.params["data"] == str(tmp_path / "data" / "demo")  # the user's dataset, not the copy
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [8, 16]  # smoke: 8 updates an epoch
+    # smoke: 8 updates an epoch
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [8, 16]
     assert "best" in {a.path for a in client.list_artifacts(run.info.run_id)}
     from platform.tracking.runs import git_commit
 
@@ -237,7 +228,8 @@ def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
     assert "data: copied" not in trained.stdout  # read where it is
     fs = pyarrow.fs.S3FileSystem(endpoint_override=cluster["s3"].endpoint, access_key="testing", secret_key="testing",
                                  region="us-east-1")
-    files = [info.path for info in fs.get_file_info(pyarrow.fs.FileSelector(f"{BUCKET}/runs/through-s3", recursive=True))]
+    selector = pyarrow.fs.FileSelector(f"{BUCKET}/runs/through-s3", recursive=True)
+    files = [info.path for info in fs.get_file_info(selector)]
     assert any(name.endswith("/checkpoint.pt") for name in files), files
     client, found = runs_of(store, "s3")
     run_id = found[0].info.run_id
@@ -258,7 +250,7 @@ def test_an_mlflow_outage_while_the_other_node_trains_loses_nothing_and_holds_no
     """The ``ray_cluster.yaml`` layout: the server on the head's loopback, so rank 0 (on the
     worker node) logs through the relay actor on the head; the server is SIGKILLed once epoch 1
     is logged and restarted 20 s later, while the other node trains."""
-    from conftest import MlflowOutage
+    from servers import MlflowOutage
 
     shared, hidden = cluster["shared"], cluster["cluster"]
     with MlflowOutage(tmp_path) as outage:
@@ -278,8 +270,7 @@ def test_a_sweep_runs_every_trial_on_the_other_node_and_its_files_go_to_s3_not_t
     uploaded by the worker node itself; the relay on the head carries their metadata only (its
     byte count is logged on the sweep)."""
     import pyarrow.fs
-
-    from conftest import MlflowServer
+    from servers import MlflowServer
 
     hidden, s3 = cluster["cluster"], cluster["s3"]
     (tmp_path / "mlflow").mkdir()
@@ -314,7 +305,8 @@ def test_a_sweep_runs_every_trial_on_the_other_node_and_its_files_go_to_s3_not_t
         logged = files(trial.info.artifact_uri[len("s3://"):])
         assert any(name.endswith("best/checkpoint.pt") for name in logged), logged
         assert any(name.endswith("config.yaml") for name in logged)
-        assert any(f"direct-{trial.data.tags['trial_id']}" in name and name.endswith("checkpoint.pt") for name in checkpoints)
+        assert any(f"direct-{trial.data.tags['trial_id']}" in name and name.endswith("checkpoint.pt")
+                   for name in checkpoints)
     assert locations  # the complete trial's MLflow model (a trial ASHA pruned has none)
     for location in locations:
         assert location.startswith(f"s3://{BUCKET}/mlflow/") and any(

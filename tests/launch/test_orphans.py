@@ -3,7 +3,8 @@ which ones count as left behind, and the real state-API records they are read fr
 
 from __future__ import annotations
 
-from conftest import wait_for
+from helpers import wait_for
+
 from platform.launch.cluster import cluster_records, orphaned_groups, release_orphaned_groups
 
 

@@ -127,7 +127,7 @@ def test_the_pareto_front_is_every_finished_row_no_other_dominates():
 
 def _study(complete: int, pruned: int):
     study = optuna.create_study(direction="maximize")
-    distributions = {"x": optuna.distributions.FloatDistribution(0, 1), "y": optuna.distributions.FloatDistribution(0, 1)}
+    distributions = {name: optuna.distributions.FloatDistribution(0, 1) for name in ("x", "y")}
     for i in range(complete + pruned):
         x, y = (i * 0.37) % 1, (i * 0.61) % 1
         done = i < complete
@@ -157,7 +157,8 @@ def test_seed_repeats_keep_their_groups_across_a_save_and_restore(tmp_path):
     repeater.set_search_properties("dev_bleu", "max", {})
     first, second = repeater.suggest("t0"), repeater.suggest("t1")
     assert (first["__trial_index__"], second["__trial_index__"]) == (0, 1)
-    assert {k: v for k, v in first.items() if k != "__trial_index__"} == {k: v for k, v in second.items() if k != "__trial_index__"}
+    knobs = [{k: v for k, v in config.items() if k != "__trial_index__"} for config in (first, second)]
+    assert knobs[0] == knobs[1]
     repeater.on_trial_complete("t0", {"dev_bleu": 10.0, "training_iteration": 2})
     repeater.save_to_dir(str(tmp_path), session_str="s")
 
@@ -165,7 +166,7 @@ def test_seed_repeats_keep_their_groups_across_a_save_and_restore(tmp_path):
                             seeds_per_config=2)
     resumed.restore_from_dir(str(tmp_path))
     resumed.on_trial_complete("t1", {"dev_bleu": 20.0, "training_iteration": 2})  # the group's second seed
-    from platform.launch.searcher import study_of
+    from helpers import study_of
 
     trials = study_of(resumed).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] and trials[0].value == 15.0  # Optuna got the mean
@@ -173,13 +174,17 @@ def test_seed_repeats_keep_their_groups_across_a_save_and_restore(tmp_path):
 
 def test_the_space_files_search_section_sets_the_search_and_the_epoch_limit(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("model: transformer\nsearch: {searcher: random, scheduler: median, grace_period: 2, max_epochs: 7}\n"
+    path.write_text("model: transformer\n"
+                    "search: {searcher: random, scheduler: median, grace_period: 2, max_epochs: 7}\n"
                     "params:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n")
     space = load_space(str(path), "smoke")
     assert space.spec.search == SearchSettings(searcher="random", scheduler="median", grace_period=2, max_epochs=7)
-    assert space.base["max_epochs"] == 7
+    assert space.base["max_epochs"] == 7 and space.base_config.max_epochs == 7  # kept loaded, not re-read
     assert load_space(str(path), "smoke", max_epochs=3).base["max_epochs"] == 3  # --max-epochs wins
-    path.write_text("model: transformer\nsearch: {searcher: annealing}\nparams:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n")
+    written = path.read_text()
+    path.write_text("model: transformer\nsearch: {searcher: annealing}\n"
+                    "params:\n  optim.lr: {type: float, low: 1.0e-4, high: 1.0e-3}\n")
+    assert space.text == written  # the file as loaded (the sweep's parent run logs it), not as it is now
     with pytest.raises(ConfigError, match="searcher"):
         load_space(str(path), "smoke")
 

@@ -1,11 +1,11 @@
 """Search spaces load strictly, sample valid configs, and the searcher tells pruned trials as PRUNED."""
 
 import pytest
+from helpers import run_module, study_of
 
-from conftest import run_module
 from models import build_model
 from platform.errors import ConfigError, UserError
-from platform.launch.searcher import make_searcher, study_of
+from platform.launch.searcher import make_searcher
 from platform.launch.spaces import load_space
 from platform.training.config import load_train_config
 from search_spaces import SPACES
@@ -102,7 +102,8 @@ def test_trials_stopped_early_are_told_to_optuna_as_pruned_not_complete():
     # Tune hands the result that made ASHA stop a trial to on_trial_complete only: still recorded
     ours.suggest("direct")
     ours.on_trial_complete("direct", {"dev_bleu": 0.25, "training_iteration": 1})
-    assert study_of(ours).trials[2].state == TrialState.PRUNED and study_of(ours).trials[2].intermediate_values == {1: 0.25}
+    stopped = study_of(ours).trials[2]
+    assert stopped.state == TrialState.PRUNED and stopped.intermediate_values == {1: 0.25}
     # Ray's own OptunaSearch would have told Optuna the stopped trial was COMPLETE with 0.5
     plain = OptunaSearch(space=space.define_by_run, metric="dev_bleu", mode="max", seed=0)
     _drive(plain, "stopped", [0.5])
@@ -140,7 +141,8 @@ def test_ashas_rungs_are_saved_with_the_searcher_and_restored_into_a_fresh_sched
     trials = [SimpleNamespace(trial_id=f"t{i}") for i in range(3)]
     for trial, bleu in zip(trials, (10.0, 20.0, 30.0)):
         scheduler.on_trial_add(None, trial)
-        assert scheduler.on_trial_result(None, trial, {"training_iteration": 1, "dev_bleu": bleu}) == TrialScheduler.CONTINUE
+        decision = scheduler.on_trial_result(None, trial, {"training_iteration": 1, "dev_bleu": bleu})
+        assert decision == TrialScheduler.CONTINUE
     searcher.save_to_dir(str(tmp_path), session_str="s")
     assert searcher.scheduler is scheduler  # saving did not take the scheduler away
 

@@ -40,7 +40,8 @@ def test_key_side_bias_is_not_cancelled_by_softmax():
 def test_decoder_targets_skip_bos_and_heads_in_the_future():
     # y0 <- y1 (head in the past), y1 root (itself), y2 -> y3 (future head: unsupervised), pad
     tgt_heads = torch.tensor([[1, 1, 3, 1, -1]])
-    assert decoder_parse_targets(tgt_heads, "input").tolist() == [[IGNORE_INDEX, IGNORE_INDEX, 2, IGNORE_INDEX, 2, IGNORE_INDEX]]
+    assert decoder_parse_targets(tgt_heads, "input").tolist() == [
+        [IGNORE_INDEX, IGNORE_INDEX, 2, IGNORE_INDEX, 2, IGNORE_INDEX]]
     assert decoder_parse_targets(tgt_heads, "input")[0, 1] == IGNORE_INDEX  # y0's head y1 is in the future
     assert encoder_parse_targets(torch.tensor([[2, 2, -1]])).tolist() == [[2, 2, IGNORE_INDEX]]
 
@@ -91,7 +92,8 @@ def test_parse_head_learns_fixed_trees():
 def test_decoder_targets_at_the_predicting_position_as_the_authors_release():
     # y0 <- y1, y1 root, y2 -> y3 (future), y3 <- y1: y_i is predicted at position i, its head h at h
     tgt_heads = torch.tensor([[1, 1, 3, 1, -1]])
-    assert decoder_parse_targets(tgt_heads, "output").tolist() == [[IGNORE_INDEX, 1, IGNORE_INDEX, 1, IGNORE_INDEX, IGNORE_INDEX]]
+    assert decoder_parse_targets(tgt_heads, "output").tolist() == [
+        [IGNORE_INDEX, 1, IGNORE_INDEX, 1, IGNORE_INDEX, IGNORE_INDEX]]
     assert decoder_parse_targets(tgt_heads).tolist() == decoder_parse_targets(tgt_heads, "output").tolist()  # default
 
 

@@ -23,6 +23,6 @@ def test_the_candidate_is_tanh_of_w_x_plus_u_of_r_times_h():
     assert not torch.allclose(candidate, after, atol=1e-3)  # the two forms differ
 
 
-def test_the_tree_models_use_it_and_torchs_cell_stays_an_option():
+def test_the_tree_models_use_it():
     assert isinstance(TopDownGRU(4, shared=True).left, ResetGRUCell)
-    assert isinstance(TopDownGRU(4, shared=False, cell="torch").right, torch.nn.GRUCell)
+    assert isinstance(TopDownGRU(4, shared=False).right, ResetGRUCell)

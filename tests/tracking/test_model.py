@@ -118,8 +118,8 @@ def test_a_model_mlflow_cannot_save_leaves_the_finished_training_finished(tmp_pa
 
 
 def test_a_sweeps_best_model_linked_to_its_parent_twice_is_linked_once(checkpoint, tmp_path, monkeypatch):
-    """A resumed sweep links its best trial's model to the parent run again (CI: the store
-    refused the duplicate and failed the resumed sweep); the second link adds nothing."""
+    """A resumed sweep links its best trial's model to the parent run again (the store refuses
+    a duplicate link, which would fail the resumed sweep); the second link adds nothing."""
     path, _, dataset = checkpoint
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     monkeypatch.chdir(tmp_path)

@@ -9,9 +9,8 @@ import subprocess
 
 
 def test_a_backup_of_the_tracking_database_restores_every_run_and_only_the_newest_are_kept(postgres, tmp_path):
+    from helpers import run_module
     from mlflow.tracking import MlflowClient
-
-    from conftest import run_module
 
     database = postgres.database("backed_up")
     client = MlflowClient(database)
@@ -29,6 +28,7 @@ def test_a_backup_of_the_tracking_database_restores_every_run_and_only_the_newes
     assert done.returncode == 0, done.stderr
     again = MlflowClient(restored).get_run(run.info.run_id)
     assert again.info.status == "FINISHED" and again.data.metrics["dev_bleu"] == 31.5
-    refused = run_module("platform.backup", "--database", f"sqlite:///{tmp_path}/mlflow.db", "--to", str(tmp_path / "b2"))
+    refused = run_module("platform.backup", "--database", f"sqlite:///{tmp_path}/mlflow.db",
+                         "--to", str(tmp_path / "b2"))
     assert refused.returncode == 2 and "only a PostgreSQL database can be backed up" in refused.stderr
     assert not (tmp_path / "b2").exists()  # nothing written

@@ -2,8 +2,9 @@
 
 import gc
 
-from conftest import wait_for
-from platform.tracking import store
+from helpers import wait_for
+
+from platform.tracking import relay
 
 
 def actor_state(name: str) -> str | None:
@@ -18,7 +19,7 @@ def a_dropped_actor_was_torn_down(ray, tmp_path, tag: str) -> None:
     """A control actor made like the relay, whose handle nobody keeps: once Ray has torn it
     down, it would have torn down a relay whose handles were dropped too."""
     control_name = f"nmt-control-{tag}-{tmp_path.name}"
-    control = ray.remote(num_cpus=0)(store.MlflowRelay).options(name=control_name).remote(
+    control = ray.remote(num_cpus=0)(relay.MlflowRelay).options(name=control_name).remote(
         f"sqlite:///{tmp_path}/control-{tag}.db")  # a store of its own: two first users of one sqlite file race
     ray.get(control.call.remote("search_experiments"))  # up and answering
     del control
@@ -29,21 +30,22 @@ def a_dropped_actor_was_torn_down(ray, tmp_path, tag: str) -> None:
 def test_the_relay_outlives_the_handle_its_starter_dropped(ray_cluster, tmp_path):
     """The relay must still answer after Ray tore down a control actor made the same way, not
     merely some seconds later: when its starter dropped the handle, and when a second CLI call
-    in the same process found it again (CI: that once killed it under the call's next use)."""
+    in the same process found it again (replacing the creating handle by the found one would
+    tear it down under the call's next use)."""
     ray = ray_cluster
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    store.start_relay(uri)  # the handle is dropped at once, as the CLIs do
+    relay.start_relay(uri)  # the handle is dropped at once, as the CLIs do
     a_dropped_actor_was_torn_down(ray, tmp_path, "first")
 
     @ray.remote(num_cpus=0)
     def look_up(uri):  # a trial or a Train worker, in another process
-        relay = store._find_relay(uri)
-        return relay is not None and ray.get(relay.call.remote("search_experiments")) is not None
+        found = relay.find_relay(uri)
+        return found is not None and ray.get(found.call.remote("search_experiments")) is not None
 
-    assert actor_state(store.relay_name(uri)) == "ALIVE"
+    assert actor_state(relay.relay_name(uri)) == "ALIVE"
     assert ray.get(look_up.remote(uri)), "the relay was torn down when its starter dropped the handle"
-    assert store.start_relay(uri) is not None  # a second CLI call in this process finds it
+    assert relay.start_relay(uri) is not None  # a second CLI call in this process finds it
     gc.collect()
     a_dropped_actor_was_torn_down(ray, tmp_path, "second")
-    assert actor_state(store.relay_name(uri)) == "ALIVE", "finding the relay again tore it down"
+    assert actor_state(relay.relay_name(uri)) == "ALIVE", "finding the relay again tore it down"
     assert ray.get(look_up.remote(uri))

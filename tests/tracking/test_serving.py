@@ -12,9 +12,8 @@ import sys
 import urllib.request
 
 import pytest
-from helpers import free_port, tiny_config
+from helpers import ROOT, free_port, tiny_config, wait_for
 
-from conftest import ROOT, wait_for
 from platform.data.dataset import PreparedDataset
 from platform.training.config import load_train_config
 from platform.training.context import Context
@@ -100,9 +99,10 @@ def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(traine
     outside.mkdir()
     env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/unused.db"}
     with open(tmp_path / "serve.log", "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(directory / "mlflow_model"),
-                                   "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)], cwd=outside,
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(directory / "mlflow_model"),
+                 "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+        server = subprocess.Popen(serve, cwd=outside, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
     try:
         def ready():
             assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
@@ -115,7 +115,7 @@ def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(traine
         request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", method="POST",
                                          data=json.dumps({"inputs": sources, "params": {"beam": 2}}).encode(),
                                          headers={"Content-Type": "application/json"})
-        answer = json.loads(urllib.request.urlopen(request, timeout=120).read())
+        answer = json.loads(urllib.request.urlopen(request, timeout=120).read())  # noqa: S310 - the test's server
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)

@@ -37,7 +37,8 @@ def test_artifacts_live_beside_the_database_whatever_the_creating_process_cwd(tm
     # an experiment an older version made inside Ray's copy is named, not used silently
     from mlflow.tracking import MlflowClient
 
-    MlflowClient(uri).create_experiment("old", artifact_location=f"/tmp/ray/session_x{runs.RAY_COPY}_ray_pkg_1/mlruns/2")
+    in_ray_copy = f"/tmp/ray/session_x{runs.RAY_COPY}_ray_pkg_1/mlruns/2"
+    MlflowClient(uri).create_experiment("old", artifact_location=in_ray_copy)
     runs.start_run(uri, "old", "r", {}, {}, "")
     assert "keeps its artifacts in Ray's temporary copy" in capsys.readouterr().err
 
@@ -96,9 +97,12 @@ def test_a_runs_dataset_splits_are_its_mlflow_inputs(tmp_path, demo_dataset):
     inputs = MlflowClient(uri).get_run(run_id).inputs.dataset_inputs
     contexts = {next(t.value for t in i.tags if t.key == "mlflow.data.context"): i.dataset for i in inputs}
     assert set(contexts) == {"train", "dev", "test"}
-    assert len({d.digest for d in contexts.values()}) == 3 and {d.name for d in contexts.values()} == {demo_dataset.name}
-    assert json.loads(contexts["dev"].source)["uri"] == f"{demo_dataset}/dev.parquet" and contexts["dev"].source_type == "local"
-    assert json.loads(contexts["train"].profile)["pairs"] == ds.read_meta(demo_dataset)["splits"]["train"]["pairs_written"]
+    assert len({d.digest for d in contexts.values()}) == 3
+    assert {d.name for d in contexts.values()} == {demo_dataset.name}
+    assert json.loads(contexts["dev"].source)["uri"] == f"{demo_dataset}/dev.parquet"
+    assert contexts["dev"].source_type == "local"
+    pairs = ds.read_meta(demo_dataset)["splits"]["train"]["pairs_written"]
+    assert json.loads(contexts["train"].profile)["pairs"] == pairs
 
 
 def test_a_read_from_a_hung_server_holds_training_ten_seconds_at_most():
@@ -106,18 +110,39 @@ def test_a_read_from_a_hung_server_holds_training_ten_seconds_at_most():
     import socket
     import time
 
-    from platform.launch.worker import HeldTime
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    try:
+        logger = RunLogger(f"http://127.0.0.1:{hung.getsockname()[1]}", "0" * 32, reopen=False, keep_going=True)
+        began = time.monotonic()
+        assert logger.get_tag("diverged") is None  # taken as unset
+        assert RunLogger.READ_WAIT_S - 0.5 <= time.monotonic() - began < RunLogger.READ_WAIT_S + 3
+        assert logger.held_s >= RunLogger.READ_WAIT_S - 0.5  # rank 0's tracking_wait_s counts it
+        assert logger.close() == []
+    finally:
+        hung.close()
+
+
+def test_only_the_calls_of_the_thread_that_made_the_logger_count_as_held_time():
+    """Rank 0's ``tracking_wait_s`` is the training thread's time in its logger; the system
+    metrics sampler's calls, from its own thread, are not training held up."""
+    import socket
+    import threading
 
     hung = socket.socket()
     hung.bind(("127.0.0.1", 0))
     hung.listen(16)
     try:
-        logger = HeldTime(lambda: RunLogger(f"http://127.0.0.1:{hung.getsockname()[1]}", "0" * 32, reopen=False,
-                                            keep_going=True))
-        began = time.monotonic()
-        assert logger.get_tag("diverged") is None  # taken as unset
-        assert RunLogger.READ_WAIT_S - 0.5 <= time.monotonic() - began < RunLogger.READ_WAIT_S + 3
-        assert logger.held_s >= RunLogger.READ_WAIT_S - 0.5  # rank 0's tracking_wait_s counts it
+        logger = RunLogger(f"http://127.0.0.1:{hung.getsockname()[1]}", "0" * 32, reopen=False, keep_going=True)
+        logger.READ_WAIT_S = 1.0
+        made = logger.held_s
+        sampler = threading.Thread(target=logger.metric_steps, args=("system/cpu",))
+        sampler.start()
+        sampler.join()
+        assert logger.held_s == made
+        logger.get_tag("diverged")
+        assert logger.held_s - made >= 0.9
         assert logger.close() == []
     finally:
         hung.close()
@@ -129,9 +154,9 @@ def test_the_relay_does_not_queue_one_trials_calls_behind_anothers_upload(ray_cl
     import time
 
     import ray
+    from servers import MlflowServer
 
-    from conftest import MlflowServer
-    from platform.tracking.store import start_relay
+    from platform.tracking.relay import start_relay
 
     server = MlflowServer(tmp_path)
     server.start()
@@ -158,8 +183,7 @@ def test_missed_metrics_are_chosen_when_sent_so_a_store_down_at_the_call_gets_no
     """Epochs 1-3 to re-log; the server has epoch 1 and is down when the call is made: nothing
     waits, and once it is back only 2 and 3 arrive (deciding at the call would re-log 1 too)."""
     from mlflow.tracking import MlflowClient
-
-    from conftest import MlflowServer
+    from servers import MlflowServer
 
     server = MlflowServer(tmp_path)
     server.start()

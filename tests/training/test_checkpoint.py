@@ -6,7 +6,14 @@ from helpers import tiny_config
 
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
-from platform.training.checkpoint import checkpoint_state, load_checkpoint, restore, save_checkpoint
+from platform.training.checkpoint import (
+    CHECKPOINT_FORMAT,
+    IncompatibleCheckpoint,
+    checkpoint_state,
+    load_checkpoint,
+    restore,
+    save_checkpoint,
+)
 from platform.training.context import Context
 from platform.training.step import build_training, train_step
 
@@ -41,37 +48,32 @@ def test_checkpoint_loads_with_weights_only(demo_dataset, tmp_path):
     dataset = Dataset.open(demo_dataset)
     model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
     sampler = ShardedBatches(dataset.train, config.batching)
-    state = checkpoint_state(model, optimizer, scheduler, sampler, config, {"epoch": 1}, dataset.subword_bytes, dataset.meta)
+    state = checkpoint_state(model, optimizer, scheduler, sampler, config, {"epoch": 1}, dataset.subword_bytes,
+                             dataset.meta)
     save_checkpoint(state, tmp_path / "c.pt")
     loaded = torch.load(tmp_path / "c.pt", weights_only=True)  # no arbitrary pickle needed
     assert loaded["config"].startswith("model:") and loaded["progress"] == {"epoch": 1}
 
 
-def test_a_checkpoint_from_before_the_paper_fidelity_fixes_is_refused(demo_dataset):
-    from platform.training.checkpoint import IncompatibleCheckpoint, config_from_checkpoint, model_from_checkpoint
-
-    config = tiny_config()  # dbsa
+@pytest.mark.parametrize("version", [None, 1, 3, CHECKPOINT_FORMAT + 1])
+def test_a_checkpoint_of_another_format_is_refused_in_one_line_naming_the_file(demo_dataset, tmp_path, version):
+    """Formats before the first release are not converted: loading one says so."""
+    config = tiny_config()
     dataset = Dataset.open(demo_dataset)
     model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
     sampler = ShardedBatches(dataset.train, config.batching)
-    state = checkpoint_state(model, optimizer, scheduler, sampler, config, {"epoch": 1}, dataset.subword_bytes, dataset.meta)
-    assert config_from_checkpoint(state).model.name == "dbsa"  # today's format loads
-    state["format_version"] = 1
-    with pytest.raises(IncompatibleCheckpoint, match="format 1 of a dbsa model predates the paper-fidelity fixes"):
-        model_from_checkpoint(state)
-    with pytest.raises(IncompatibleCheckpoint, match="predates"):
-        restore(state, model, optimizer, scheduler, sampler)
-
-
-def test_a_tree_model_saved_before_the_papers_top_down_gru_loads_with_the_cell_it_was_trained_with():
-    from platform import config as config_io
-    from platform.training.checkpoint import config_from_checkpoint
-    from platform.training.config import resolve_config
-
-    data = config_io.to_dict(resolve_config("gumbel_tree", "smoke", recipe="currey2018/top-down"))
-    del data["model"]["top_down_cell"]  # written before the field existed
-    import yaml
-
-    older = {"config": yaml.safe_dump(data), "format_version": 2}
-    assert config_from_checkpoint(older).model.top_down_cell == "torch"  # its weights are nn.GRUCell's
-    assert config_from_checkpoint({**older, "format_version": 3}).model.top_down_cell == "paper"
+    state = checkpoint_state(model, optimizer, scheduler, sampler, config, {"epoch": 1}, dataset.subword_bytes,
+                             dataset.meta)
+    save_checkpoint(state, tmp_path / "today.pt")
+    assert load_checkpoint(tmp_path / "today.pt")["format_version"] == CHECKPOINT_FORMAT
+    if version is None:  # format 1 carried no version
+        del state["format_version"]
+    else:
+        state["format_version"] = version
+    save_checkpoint(state, tmp_path / "other.pt")
+    with pytest.raises(IncompatibleCheckpoint) as refused:
+        load_checkpoint(tmp_path / "other.pt")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path / 'other.pt'}: the checkpoint (format {version or 1})")
+    assert ("predates" if (version or 1) < CHECKPOINT_FORMAT else "is newer than") in message

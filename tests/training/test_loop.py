@@ -33,7 +33,8 @@ def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
     history = fit(config, dataset, Context(), hooks, log=lines.append)
     assert [int(m["epoch"]) for m in history] == [1, 2]
     assert hooks.finals == [False, True]  # the end-of-run work goes before the last report (RayHooks)
-    for key in ("train_loss", "dev_loss", "dev_bleu", "dev_chrf", "dev_bleu_tok", "dev_uas_enc", "dev_uas_dec", "tokens_per_s"):
+    for key in ("train_loss", "dev_loss", "dev_bleu", "dev_chrf", "dev_bleu_tok", "dev_uas_enc", "dev_uas_dec",
+                "tokens_per_s"):
         assert key in history[-1]
     assert lines[0].startswith("epoch 1/2  update 3  train_loss")
     assert (tmp_path / "last.pt").exists() and (tmp_path / "best.pt").exists()

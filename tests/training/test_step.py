@@ -7,9 +7,8 @@ import sys
 import pytest
 import torch
 from ddp_step import config_of
-from helpers import tiny_config
+from helpers import ROOT, tiny_config
 
-from conftest import ROOT
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.context import Context
@@ -47,7 +46,8 @@ def test_two_ddp_workers_update_exactly_like_one(demo_dataset, tmp_path, model):
 
 def test_two_ddp_workers_on_packed_rows_update_exactly_like_one_on_a_sentence_per_row(demo_dataset, tmp_path):
     """``batching.pack`` under DDP: each rank's share packed into rows, DBSA's parse losses too."""
-    (one,), (two, two_rank1) = launch(demo_dataset, tmp_path, 1, "dbsa"), launch(demo_dataset, tmp_path, 2, "dbsa", "packed")
+    (one,) = launch(demo_dataset, tmp_path, 1, "dbsa")
+    two, two_rank1 = launch(demo_dataset, tmp_path, 2, "dbsa", "packed")
     for name, value in one.items():
         torch.testing.assert_close(two[name], value, atol=2e-6, rtol=1e-5)
         torch.testing.assert_close(two_rank1[name], two[name], atol=0, rtol=0)

@@ -7,7 +7,8 @@ text, words separated by spaces as the training data was segmented, or one CoNLL
 sentence.  Models that read source trees parse plain text with the language's
 ``platform.parse`` pipeline where the ``parse`` extra is installed.  It returns the
 translations, detokenized, in order; ``params`` ``beam`` and ``lenpen`` override the run's
-decoding as ``platform.translate``'s flags do.
+decoding as ``platform.translate``'s flags do.  ``platform.tracking.model.save`` stores this file
+in every model it writes.
 
 The serving process imported the standard library's ``platform`` before it loads this file
 (MLflow, uvicorn and torch all do), so ``import platform.inference`` would find that module.

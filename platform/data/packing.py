@@ -1,0 +1,106 @@
+"""Packed rows: several sentences of a batch back to back in each row, each with its target
+in the same row, so a batch of random sentences costs no padding (``BatchingConfig.pack``).
+The models confine attention and positions to each sentence (``models.inputs.Packing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from models.inputs import BOS_ID, EOS_ID, PAD_ID, Packing
+from platform.data.batch import HEAD_COLUMNS, LIST_COLUMNS, PAD_VALUES, Batch, PackedRows
+
+if TYPE_CHECKING:
+    from platform.data.batching import ParquetExamples
+
+
+def collate_packed(examples: ParquetExamples, indices: Sequence[int], width: int) -> Batch:
+    """The sentences of ``indices`` packed into rows of at most ``width`` source and target
+    positions (wider where one sentence is), first fit in decreasing length: a row holds
+    sentences back to back, each with its target in the same row (``PackedRows``).  The
+    per-sentence fields (``indices``, lengths, texts) list the sentences in row order."""
+    indices = np.asarray(indices, dtype=np.int64)
+    src_len, tgt_len = examples.src_lengths[indices], examples.tgt_lengths[indices] + 1  # + EOS / BOS
+    rows = _first_fit(src_len, tgt_len, max(width, int(src_len.max()), int(tgt_len.max())))
+    order = [m for members in rows for m in members]  # the batch's sentences in row order
+    indices, src_len, tgt_len = indices[order], src_len[order], tgt_len[order]
+    row = np.repeat(np.arange(len(rows)), [len(members) for members in rows])  # [N] each sentence's row
+    first = np.searchsorted(row, row)  # [N] the row's first sentence
+    layout = {"src": _Spans(src_len, row, first), "tgt": _Spans(tgt_len, row, first)}
+    words = {"src": layout["src"], "tgt": _Spans(tgt_len - 1, row, first, layout["tgt"].start)}  # targets without EOS
+    columns = {name: _packed_column(examples, name, indices, words[name[:3]], layout[name[:3]].shape)
+               for name in LIST_COLUMNS if name != "src_tree_parent"}
+    tgt_in = _add_bos_eos(columns["tgt_ids"], words["tgt"], row)
+    tensors = {name: torch.from_numpy(value) for name, value in columns.items()}
+    rows_ = PackedRows(source=layout["src"].packing(), target=layout["tgt"].packing(),
+                       tgt_in=torch.from_numpy(tgt_in), tgt_out=tensors["tgt_ids"])
+    return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
+                 tgt_lengths=torch.from_numpy(tgt_len - 1),
+                 src_tree_parent=torch.full((len(rows), 1), -1, dtype=torch.int64),
+                 src_text=[examples.texts["src_text"][i] for i in indices],
+                 tgt_text=[examples.texts["tgt_text"][i] for i in indices], rows=rows_, **tensors)
+
+
+def _packed_column(examples: ParquetExamples, name: str, indices: np.ndarray, spans: _Spans,
+                   shape: tuple[int, int]) -> np.ndarray:
+    """Column ``name`` of the sentences ``indices`` laid out in rows as ``spans`` says."""
+    values = examples.values[name][np.repeat(examples.offsets[name][indices], spans.lengths) + spans.within]
+    if name in HEAD_COLUMNS:  # a head is a position: the sentence's own, offset in the row
+        values = np.where(values >= 0, values + spans.rows_cols[1] - spans.within, values)
+    out = np.full(shape, PAD_VALUES.get(name, -1), dtype=np.int64)
+    out[spans.rows_cols] = values
+    return out
+
+
+class _Spans:
+    """Where the sentences of a packed batch sit on one side: sentence i (in row order, in row
+    ``row[i]``) takes ``lengths[i]`` positions from ``start[i]``; ``rows_cols`` index them all."""
+
+    def __init__(self, lengths: np.ndarray, row: np.ndarray, first: np.ndarray, start: np.ndarray | None = None):
+        self.lengths = lengths
+        ends = np.cumsum(lengths)
+        if start is None:  # back to back within each row
+            start = ends - lengths - (ends - lengths)[first]
+        self.start = start
+        self.shape = (int(row[-1]) + 1, int((start + lengths).max()))  # [R, width]
+        self.within = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)  # position in the sentence
+        self.rows_cols = (np.repeat(row, lengths), np.repeat(start, lengths) + self.within)
+        self.number = np.repeat(np.arange(len(row)) - first, lengths)  # each position's sentence in its row
+
+    def packing(self) -> Packing:
+        """The models' view: each position's sentence (-1 on padding) and its position in it."""
+        sentence, position = np.full(self.shape, -1, dtype=np.int64), np.zeros(self.shape, dtype=np.int64)
+        sentence[self.rows_cols], position[self.rows_cols] = self.number, self.within
+        return Packing(sentence=torch.from_numpy(sentence), position=torch.from_numpy(position))
+
+
+def _add_bos_eos(tgt: np.ndarray, words: _Spans, row: np.ndarray) -> np.ndarray:
+    """Packed target rows [R, T] (sentences back to back, a free position after each): EOS into
+    that position (``tgt`` becomes tgt_out), and tgt_in returned: BOS y1..yn per sentence."""
+    tgt[row, words.start + words.lengths] = EOS_ID
+    tgt_in = np.full(tgt.shape, PAD_ID, dtype=np.int64)
+    tgt_in[row, words.start] = BOS_ID
+    rows, cols = words.rows_cols
+    tgt_in[rows, cols + 1] = tgt[rows, cols]
+    return tgt_in
+
+
+def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[list[int]]:
+    """Rows of sentence numbers: first fit in decreasing order of length, each row within
+    ``width`` on both sides."""
+    rows: list[list[int]] = []
+    used: list[list[int]] = []  # per row: source and target positions taken
+    for m in sorted(range(len(src_len)), key=lambda m: -max(src_len[m], tgt_len[m])):
+        for r, (s, t) in enumerate(used):
+            if s + src_len[m] <= width and t + tgt_len[m] <= width:
+                rows[r].append(m)
+                used[r] = [s + src_len[m], t + tgt_len[m]]
+                break
+        else:
+            rows.append([m])
+            used.append([int(src_len[m]), int(tgt_len[m])])
+    return rows

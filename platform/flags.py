@@ -1,0 +1,25 @@
+"""argparse flags that several commands share, declared once (not a command itself)."""
+
+from __future__ import annotations
+
+import argparse
+
+TRACKING_URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"
+DATA_HELP = ("'demo' (the built-in synthetic corpus), 'demo-large' (its harder version) or a prepared dataset "
+             "directory")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of every command that uses a trained model (``platform.evaluate``,
+    ``platform.translate``): which model, how it decodes, where it runs."""
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
+    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
+    parser.add_argument("--beam", type=int, help="beam size (default: the run's recipe's decoding; 1 = greedy)")
+    parser.add_argument("--lenpen", type=float,
+                        help="length penalty α of Wu et al. (default: the run's recipe's; 0 = none)")
+    parser.add_argument("--tracking-uri", help=TRACKING_URI_HELP)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--average-last", type=int, metavar="N",
+                        help="average the weights of the last N epochs (Vaswani et al.: 5) instead of the best "
+                             "checkpoint")

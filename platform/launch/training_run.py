@@ -1,0 +1,125 @@
+"""One training run, as ``python -m platform.train`` asks for it: the flags as a typed request
+(``TrainRequest``) and ``train``: the config resolved (``--print-config`` stops here), a named
+run that finished already left alone or continued (``--continue``), Ray started and the worker
+group checked, the dataset every node reaches, the warm start (``--init-from``), then
+``driver.run``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from platform import config as config_io
+from platform.data.builtin import resolve_dataset
+from platform.errors import UserError
+from platform.launch import reach
+from platform.launch.cluster import check_worker_group, default_cpus_per_worker, start_ray, storage_uri
+from platform.launch.driver import Job, run
+from platform.launch.warm_start import load_warm_start
+from platform.tracking import runs
+from platform.tracking.store import resolve_tracking_uri
+from platform.training import recipes
+from platform.training.config import TrainConfig, resolve_config
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainRequest:
+    """What ``platform.train``'s flags ask for, under the flags' names (``--help`` says what each is)."""
+
+    model: str | None = None
+    recipe: str | None = None
+    data: str = "demo"
+    config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    size: str = "cpu"
+    workers: int = 1
+    gpus_per_worker: float = 0.0
+    cpus_per_worker: float = 0.0  # 0: this machine's cores shared by the workers
+    max_epochs: int | None = None
+    max_updates: int | None = None
+    log_every: int | None = None
+    validate_every: int | None = None
+    save_every: int | None = None
+    smoke: bool = False
+    experiment: str = "syntax-nmt"
+    tracking_uri: str | None = None
+    name: str | None = None
+    storage_path: str = "runs"
+    max_failures: int = 2
+    address: str | None = None
+    init_from: str | None = None
+    init_optimizer: bool = False
+    continue_run: bool = False
+    print_config: bool = False
+    started_at: float = field(default_factory=time.time)
+
+
+def train(request: TrainRequest) -> int:
+    """Train what ``request`` asks for (or print its config); returns the exit status."""
+    model, recipe, config = resolved(request)
+    if request.print_config:
+        print(config_io.dump_yaml(config), end="")
+        return 0
+    tracking_uri = resolve_tracking_uri(request.tracking_uri)  # before any work: preparing the demo takes a minute
+    named = {"train_name": request.name} if request.name else None  # a rerun with this --name continues its run
+    if finished_already(request, tracking_uri, config):
+        return 0
+    start_ray(request.address)
+    cpus = request.cpus_per_worker or default_cpus_per_worker(request.workers)
+    check_worker_group(request.workers, cpus, request.gpus_per_worker, joined=request.address is not None)
+    dataset, storage = resolve_dataset(request.data), storage_uri(request.storage_path)
+    init = (load_warm_start(request.init_from, tracking_uri, str(dataset), config, request.init_optimizer)
+            if request.init_from else None)
+    job = Job(dataset=reach.for_every_node(dataset, storage), workers=request.workers, init=init,
+              gpus_per_worker=request.gpus_per_worker, cpus_per_worker=cpus, experiment=request.experiment,
+              tracking_uri=tracking_uri, run_name=request.name or f"{model}-{uuid.uuid4().hex[:8]}",
+              storage_path=storage, max_failures=request.max_failures, started_at=request.started_at)
+    run_id = run(config, job, ray_address=request.address, tags={"recipe": recipe, **(named or {})}, reuse=named)
+    print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")
+    return 0
+
+
+def resolved(request: TrainRequest) -> tuple[str, str, TrainConfig]:
+    """The model, its recipe and the run's config (``training.config.resolve_config``); flags
+    that cannot go together are refused here, before anything starts."""
+    if request.workers < 1:
+        raise UserError("--workers must be at least 1")
+    if not (request.model or request.recipe):
+        raise UserError("give --model NAME or --recipe NAME (see --help)")
+    if request.continue_run and not request.name:
+        raise UserError("--continue needs the --name of the run to continue")
+    if request.init_optimizer and not request.init_from:
+        raise UserError("--init-optimizer goes with --init-from")
+    model = request.model or recipes.get_recipe(request.recipe).model
+    recipe, _ = recipes.recipe_for(model, request.recipe)
+    intervals = [f"{key}={value}" for key, value in (("log_every", request.log_every),
+                                                      ("validate_every", request.validate_every),
+                                                      ("save_every", request.save_every)) if value is not None]
+    config = resolve_config(model, "smoke" if request.smoke else request.size, recipe=recipe,
+                            config_file=request.config, overrides=[*request.overrides, *intervals],
+                            max_epochs=request.max_epochs, max_updates=request.max_updates)
+    return model, recipe, config
+
+
+def finished_already(request: TrainRequest, tracking_uri: str, config: TrainConfig) -> bool:
+    """Whether the run ``--name`` finished already and stays so (said on the console); with
+    ``--continue`` it is reopened to train on to the new limits instead."""
+    done = runs.find_run(tracking_uri, request.experiment, {"train_name": request.name}) if request.name else None
+    if done and runs.status(tracking_uri, done) == "FINISHED":
+        if not request.continue_run:
+            print(f"{request.name} has finished already (MLflow run {done} in experiment {request.experiment!r}); "
+                  f"nothing to do: another --name trains anew, --continue with a higher --max-epochs or "
+                  f"--max-updates trains it on")
+            return True
+        if request.init_from:
+            raise UserError("--continue goes on from the run's own checkpoint; --init-from starts a new run")
+        runs.reopen(tracking_uri, done, {"continued_to": _limits(config)})
+    elif request.continue_run:
+        raise UserError(f"--continue: no finished run named {request.name!r} in experiment {request.experiment!r}")
+    return False
+
+
+def _limits(config: TrainConfig) -> str:
+    return ", ".join(f"{key}={getattr(config, key)}" for key in ("max_epochs", "max_updates")
+                     if getattr(config, key) is not None)

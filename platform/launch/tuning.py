@@ -1,0 +1,264 @@
+"""A whole sweep, as ``python -m platform.tune`` asks for it: the flags as a typed request
+(``SweepRequest``) and ``tune``, which runs the stages in order:
+
+1. the space with its search settings, checked before anything starts (``--dry-run`` stops
+   here, after printing the space and one sampled config);
+2. the set-up: the tracking store, the sweep's name and storage, Ray, every trial's job, the
+   MLflow parent run;
+3. the search (``launch.sweep``), then its summary on the parent run (``launch.summary``);
+4. with ``--confirm K``, the confirmation on test (``launch.confirm``);
+5. the parent run closed, and the closing lines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from platform import config as config_io
+from platform.data.builtin import resolve_dataset
+from platform.errors import UserError
+from platform.launch import reach
+from platform.launch.cluster import (
+    auto_gpus_per_worker,
+    cluster_gpus,
+    max_concurrent_trials,
+    start_ray,
+    storage_uri,
+)
+from platform.launch.confirm import Confirmation, confirmation_lines, run_confirmation
+from platform.launch.console import console_log_path, make_console, quiet_logging
+from platform.launch.driver import Job
+from platform.launch.searcher import SearchSettings, check_settings, grid_size
+from platform.launch.spaces import Space, load_space
+from platform.launch.study import default_storage_url, shown_url
+from platform.launch.summary import closing_lines, log_summary, no_trial_finished, summarize, time_line, time_shares
+from platform.launch.sweep import Sweep, existing_sweep, parent_run, run_sweep
+from platform.tracking import runs
+from platform.tracking.relay import start_relay
+from platform.tracking.store import resolve_tracking_uri
+from platform.tracking.tables import format_table
+from platform.training.config import load_train_config
+
+SMOKE_TRIALS, DEFAULT_TRIALS = 3, 6  # configs sampled without --num-trials
+SMOKE_EPOCHS = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepRequest:
+    """What ``platform.tune``'s flags ask for, under the flags' names (``--help`` says what each is)."""
+
+    space: str
+    data: str = "demo"
+    num_trials: int | None = None
+    max_epochs: int | None = None
+    search: str | None = None  # these five: None keeps the space file's search settings
+    scheduler: str | None = None
+    grace_period: int | None = None
+    reduction_factor: int | None = None
+    min_samples: int | None = None
+    objective: list[str] = field(default_factory=list)
+    seeds_per_config: int = 1
+    time_budget: float | None = None
+    confirm: int = 0
+    confirm_seeds: int = 3
+    study_storage: str | None = None
+    size: str = "sweep"
+    overrides: list[str] = field(default_factory=list)
+    workers_per_trial: int = 1
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float | None = None
+    max_concurrent: int | None = None
+    name: str | None = None
+    resume: bool = False
+    seed: int = 1
+    smoke: bool = False
+    dry_run: bool = False
+    experiment: str = "syntax-nmt"
+    tracking_uri: str | None = None
+    storage_path: str = "runs"
+    address: str | None = None
+    verbose: bool = False
+    launched_at: float = field(default_factory=time.time)  # the command's start, for the time shares
+
+    @property
+    def trial_size(self) -> str:
+        return "smoke" if self.smoke else self.size
+
+
+@dataclass
+class Outcome:
+    """What the search and the confirmation left: the summary rows, where the time went, the
+    plots logged, why no trial finished (or None), and the confirmation table (or None)."""
+
+    rows: list[dict[str, Any]]
+    shares: dict[str, float]
+    plots: list[Path]
+    failure: str | None
+    confirmed: Confirmation | None
+
+
+def tune(request: SweepRequest) -> int:
+    """Run the sweep ``request`` asks for (or print its dry run); returns the exit status."""
+    space, settings = searched_space(request)
+    if request.dry_run:
+        dry_run(space, request.seed)
+        return 0
+    sweep, log_file = set_up(request, space, settings)
+    announce(sweep, log_file)
+    outcome = search_and_confirm(sweep, request)
+    print_outcome(sweep, outcome)
+    return 0
+
+
+# ----------------------------------------------------------------------------- 1. the space
+
+
+def searched_space(request: SweepRequest) -> tuple[Space, SearchSettings]:
+    """The space at the trials' size with the request's overrides, and how to search it; what
+    cannot run is refused here, before Ray starts."""
+    max_epochs = request.max_epochs or (SMOKE_EPOCHS if request.smoke else None)
+    space = load_space(request.space, request.trial_size, request.overrides, max_epochs)
+    if request.objective:
+        space = space.with_objectives(request.objective)
+    settings = search_settings(request, space)
+    check_settings(settings, space, request.num_trials)
+    if request.seeds_per_config < 1 or request.confirm < 0 or request.confirm_seeds < 1:
+        raise UserError("--seeds-per-config and --confirm-seeds must be at least 1, --confirm at least 0")
+    return space, settings
+
+
+def search_settings(request: SweepRequest, space: Space) -> SearchSettings:
+    """The space file's ``search:`` section with the flags given on top."""
+    given = {"searcher": request.search, "scheduler": request.scheduler, "grace_period": request.grace_period,
+             "reduction_factor": request.reduction_factor, "min_samples": request.min_samples}
+    try:
+        return dataclasses.replace(space.spec.search, **{k: v for k, v in given.items() if v is not None})
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
+def dry_run(space: Space, seed: int) -> None:
+    """Print the space's knobs, fixed values and first points, one sampled config, and the full
+    config of a trial of it."""
+    objectives = ", ".join(f"{mode} {metric}" for metric, mode in space.objectives)
+    print(f"space {space.name} (model {space.model}, {objectives})")
+    for key, dist in space.spec.params.items():
+        if dist.type == "categorical":
+            shape = f"one of {list(dist.choices)}"
+        else:
+            low, high = space.bounds(key)
+            shape = f"{dist.type} in [{low}, {high}]" + (" (log)" if dist.log else "")
+        when = f"  when {dist.when}" if dist.when else ""
+        print(f"  {key}: {shape}{when}")
+    for key, value in space.spec.fixed.items():
+        print(f"  {key} = {value} (fixed)")
+    print(f"first points: {space.first_points()}")
+    sampled = space.sample(seed)
+    print(f"sampled: {sampled}")
+    print(config_io.dump_yaml(load_train_config(space.trial_config(sampled))), end="")
+
+
+# ----------------------------------------------------------------------------- 2. the set-up
+
+
+def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tuple[Sweep, Path | None]:
+    """Everything the first trial needs: a free name (or the sweep to resume), the tracking
+    store, Ray's console (a log file unless ``--verbose``), the dataset every node reaches, Ray,
+    and the MLflow parent run; returns the sweep and Ray's console log (None: on the terminal)."""
+    if request.resume and not request.name:
+        raise UserError("--resume needs the --name of the sweep to continue")
+    name = request.name or f"{Path(request.space).stem}-{uuid.uuid4().hex[:8]}"
+    tracking_uri = resolve_tracking_uri(request.tracking_uri)  # before any work (no console.log, no demo corpus)
+    existing_sweep(tracking_uri, request.experiment, name, request.resume)  # a taken name: refused before Ray
+    storage = storage_uri(request.storage_path)
+    log_file = None if request.verbose else quiet_logging(console_log_path(storage, name))
+    dataset_dir = resolve_dataset(request.data)
+    start_ray(request.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves a CPU for trial drivers
+              log_to_driver=request.verbose)
+    job = trial_job(request, dataset_dir, storage, tracking_uri)
+    configs = request.num_trials or (grid_size(space) if settings.searcher == "grid"
+                                     else SMOKE_TRIALS if request.smoke else DEFAULT_TRIALS)
+    sweep = Sweep(name=name, space=space, num_samples=configs * request.seeds_per_config,
+                  max_epochs=space.base_config.max_epochs, seed=request.seed, job=job,
+                  max_concurrent=max_concurrent_trials(request.workers_per_trial, request.cpus_per_worker,
+                                                       job.gpus_per_worker, requested=request.max_concurrent,
+                                                       joined=request.address is not None),
+                  settings=settings, seeds_per_config=request.seeds_per_config, time_budget_s=request.time_budget,
+                  study_storage=request.study_storage or default_storage_url(f"{storage.rstrip('/')}/{name}", name))
+    start_relay(tracking_uri)
+    sweep.parent_run_id = parent_run(sweep, request.resume)
+    return sweep, log_file
+
+
+def trial_job(request: SweepRequest, dataset_dir: Path, storage: str, tracking_uri: str) -> Job:
+    """Every trial's job (each trial sets its run name and start time); GPUs per worker as
+    asked, else as the cluster and the trials' size suggest."""
+    gpus = request.gpus_per_worker
+    if gpus is None:
+        gpus = auto_gpus_per_worker(cluster_gpus(joined=request.address is not None), request.trial_size)
+    return Job(dataset=reach.for_every_node(dataset_dir, storage), workers=request.workers_per_trial,
+               gpus_per_worker=gpus, cpus_per_worker=request.cpus_per_worker, experiment=request.experiment,
+               tracking_uri=tracking_uri, run_name="", storage_path=storage, max_failures=1,
+               git_commit=runs.git_commit())
+
+
+def announce(sweep: Sweep, log_file: Path | None) -> None:
+    """The sweep's first lines: what it runs, where its parent run and its live study are."""
+    gpus = sweep.job.gpus_per_worker
+    print(f"sweep {sweep.name}: {sweep.num_samples} trials of {sweep.space.model} ({sweep.settings.searcher}, "
+          f"{sweep.settings.scheduler}), up to {sweep.max_concurrent} at once, MLflow parent run "
+          f"{sweep.parent_run_id}" + (f", {gpus:g} GPU per worker" if gpus else "")
+          + (f"; Ray's own output: {log_file}" if log_file else ""), flush=True)
+    print(f"Optuna study: optuna-dashboard {shown_url(sweep.study_storage)}", flush=True)
+
+
+# ----------------------------------------------------------------------------- 3-5. search, confirm, close
+
+
+def search_and_confirm(sweep: Sweep, request: SweepRequest) -> Outcome:
+    """Search, summarise on the parent run, confirm on test if asked, and close the parent run:
+    FAILED with the error if anything raised (or no trial finished), else FINISHED."""
+    console = [] if request.verbose else [make_console(sweep.space.knobs, sweep.space.spec.metric, sweep.max_epochs)]
+    began = time.time()
+    try:
+        results = run_sweep(sweep, resume=request.resume, callbacks=console, verbose=request.verbose)
+        rows = summarize(results, sweep)
+        shares = time_shares(results, request.launched_at, time.time() - began, sweep.max_concurrent)
+        plots = log_summary(sweep, rows, results, shares)
+        failure = no_trial_finished(rows, results)
+        confirmed = confirm(sweep, rows, request) if request.confirm and not failure else None
+    except BaseException as error:
+        runs.end_run(sweep.tracking_uri, sweep.parent_run_id, error=error)
+        raise
+    runs.end_run(sweep.tracking_uri, sweep.parent_run_id, error=failure)
+    return Outcome(rows, shares, plots, failure, confirmed)
+
+
+def confirm(sweep: Sweep, rows: list[dict[str, Any]], request: SweepRequest) -> Confirmation:
+    """The search's table, then the confirmation of its ``--confirm`` best configs on test."""
+    print()
+    print(format_table(rows))
+    print(f"confirming the {request.confirm} best config(s) and the baseline with {request.confirm_seeds} "
+          "seeds each, on test", flush=True)
+    return run_confirmation(sweep, rows, request.confirm, request.confirm_seeds, resume=request.resume,
+                            verbose=request.verbose)
+
+
+def print_outcome(sweep: Sweep, outcome: Outcome) -> None:
+    """The summary table (unless the confirmation printed it), where the time went, and the
+    closing lines; a sweep in which no trial finished is a user error."""
+    if outcome.confirmed is None:
+        print()
+        print(format_table(outcome.rows))
+    print(time_line(outcome.shares, sweep.max_concurrent))
+    if outcome.failure:
+        raise UserError(outcome.failure)
+    print(closing_lines(sweep, outcome.rows, outcome.plots))
+    if outcome.confirmed is not None:
+        print(confirmation_lines(outcome.confirmed))

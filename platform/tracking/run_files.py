@@ -1,0 +1,46 @@
+"""A training run's files in MLflow: its best checkpoint and its kept last epochs fetched, and
+the test results of an evaluation logged back onto it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from platform.errors import UserError
+from platform.training.averaging import LAST_EPOCHS
+from platform.training.checkpoint import CHECKPOINT_FILE
+
+
+def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
+    """Download the best checkpoint of an MLflow run into ``directory``."""
+    from platform.tracking.store import client
+
+    try:
+        path = client(tracking_uri).download_artifacts(run_id, f"best/{CHECKPOINT_FILE}", str(directory))
+    except Exception as error:  # noqa: BLE001 - an unknown run, no artifact, an unreachable server: said below
+        raise UserError(f"cannot fetch the best checkpoint of run {run_id} from {tracking_uri}: {error}") from None
+    return Path(path)
+
+
+def fetch_kept_epochs(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
+    """Download the last epochs' weights the run kept (``training.averaging.LAST_EPOCHS``) into
+    ``directory``; returns their directory (``directory`` itself, empty, where it kept none)."""
+    from platform.tracking.store import client
+
+    try:
+        return Path(client(tracking_uri).download_artifacts(run_id, LAST_EPOCHS, str(directory)))
+    except Exception:  # noqa: BLE001 - no such artifact: the run kept none
+        return Path(directory)
+
+
+def log_test_results(tracking_uri: str, run_id: str, result, files: list[Path], test_name: str,
+                     kind: str = "test") -> None:
+    """The test metrics, sacrebleu signature and output files (``result``: a
+    ``training.evaluate.Evaluation``) onto the run that was evaluated (``kind``: ``test``, or
+    ``test_avgN`` for averaged weights)."""
+    from platform.tracking.logger import RunLogger
+
+    logger = RunLogger(tracking_uri, run_id, reopen=False)
+    logger.metrics(result.metrics, step=0)
+    logger.tag(f"{kind}_sacrebleu_signature", result.signature)
+    for path in files:
+        logger.artifact(path, f"{kind}/{test_name}")

@@ -1,0 +1,66 @@
+"""The private Ray APIs the tests use, in one place (``platform/compat.py`` holds the platform's).
+
+- ``ray.autoscaler._private.aws.config.bootstrap_aws``: ``ray up``'s AWS bootstrap of
+  ``ray_cluster.yaml`` (against a stand-in server).
+- ``ray.autoscaler._private.util.prepare_config``/``validate_config``: ``ray_cluster.yaml``
+  against the schema ``ray up`` applies.
+- ``ray._private.thirdparty.pathspec.PathSpec``: how Ray matches upload excludes.
+- ``ray.train.v2._internal.state.state_actor.get_state_actor``: the ranks' pids of a running
+  Train run, to kill one on purpose.
+- ``ASHAScheduler._brackets[0]._rungs``: the rungs, for the tests of a resumed sweep.
+
+``tests/test_compat.py`` keeps every other test module off private APIs.
+"""
+
+from __future__ import annotations
+
+
+def validate_cluster_config(config: dict) -> None:
+    """Raise on an unknown or malformed field of a ``ray up`` cluster config, as ``ray up`` would."""
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    validate_config(prepare_config(config))
+
+
+def bootstrap_aws_cluster(config: dict) -> dict:
+    """What ``ray up`` does with a cluster config before it launches anything on AWS: Ray's
+    validation, then its AWS bootstrap (the head's IAM role and instance profile, the key pair,
+    subnets, the security group, the image), against whatever endpoint boto3 is given
+    (``AWS_ENDPOINT_URL``).  Returns the bootstrapped config."""
+    from ray.autoscaler._private.aws.config import bootstrap_aws
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    prepared = prepare_config(config)
+    validate_config(prepared)
+    return bootstrap_aws(prepared)
+
+
+def ray_path_spec(patterns: list[str]):
+    """The matcher Ray applies to ``excludes`` and ``.gitignore`` when it uploads a working_dir."""
+    from ray._private.thirdparty.pathspec import PathSpec
+
+    return PathSpec.from_lines("gitwildmatch", patterns)
+
+
+def train_worker_pids() -> dict[int, int]:
+    """{world rank: pid} of the running attempt's live Ray Train workers, from Ray Train's state
+    actor (the driver needs ``RAY_TRAIN_ENABLE_STATE_TRACKING=1``); {} before it exists."""
+    import ray
+    from ray.train.v2._internal.state.state_actor import get_state_actor
+
+    actor = get_state_actor()
+    if actor is None:
+        return {}
+    found = {}
+    for attempts in ray.get(actor.get_train_run_attempts.remote()).values():
+        for attempt in attempts.values():
+            if attempt.status.value == "RUNNING":
+                found.update({worker.world_rank: worker.pid for worker in attempt.workers
+                              if worker.status is None or worker.status.value == "ALIVE"})
+    return found
+
+
+def asha_rungs(scheduler) -> list[tuple[float, dict]]:
+    """ASHA's first bracket's rungs: (milestone, {trial id: value})."""
+    return scheduler._brackets[0]._rungs
+
