@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# the tests' folders first, so that ``conftest`` is tests/conftest.py rather than the repository root's
+# the tests' folders first: test_no_shared_disk imports the tests' helpers and servers modules
 sys.path[:0] = [str(ROOT / "tests" / "launch"), str(ROOT / "tests"), str(ROOT)]
 
 from test_no_shared_disk import HiddenNodeCluster  # noqa: E402  (test infrastructure, reused)

@@ -1,6 +1,6 @@
 """A spaCy pipeline's parse of raw text as one dependency tree per line, in CoNLL-U: what
 ``python -m platform.parse`` writes, and how a served model that reads source trees parses
-plain text (``platform.inference``).  spaCy comes with the optional ``[parse]`` extra.
+plain text (``platform.data.sources``).  spaCy comes with the optional ``[parse]`` extra.
 """
 
 from __future__ import annotations
