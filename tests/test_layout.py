@@ -47,15 +47,16 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     assert '--default-artifact-root "$MLFLOW_ARTIFACTS" --no-serve-artifacts' in commands
     assert config["file_mounts"] == {"~/syntax-nmt": "."}
     node_types = config["available_node_types"]
-    assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g") and node_types["gpu_worker"]["min_workers"] == 0
+    assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g")
+    assert node_types["gpu_worker"]["min_workers"] == 0
     # workers may use the bucket (Ray gives only the head a profile)
     assert node_types["gpu_worker"]["node_config"]["IamInstanceProfile"]["Name"]
     # the bucket is named once, on every node, and storage, artifacts and the CLIs' default derive from it
     text = (ROOT / "ray_cluster.yaml").read_text()
     assert text.count("CHANGE-ME-bucket") == 1
     setup = " ".join(config["setup_commands"])
-    for variable in ("RAY_STORAGE=s3://$NMT_BUCKET", "MLFLOW_ARTIFACTS=s3://$NMT_BUCKET", "NMT_STORAGE_PATH=$RAY_STORAGE",
-                     "MLFLOW_TRACKING_URI=http://127.0.0.1:5000"):
+    for variable in ("RAY_STORAGE=s3://$NMT_BUCKET", "MLFLOW_ARTIFACTS=s3://$NMT_BUCKET",
+                     "NMT_STORAGE_PATH=$RAY_STORAGE", "MLFLOW_TRACKING_URI=http://127.0.0.1:5000"):
         assert variable in setup
 
 
@@ -67,11 +68,12 @@ def test_the_yamls_setup_sets_every_nodes_storage_and_follows_an_edited_bucket(t
     import yaml
 
     setup = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())["setup_commands"][1]
+    home = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     for bucket in ("first-bucket", "edited-bucket"):
         command = setup.replace("CHANGE-ME-bucket", bucket)
-        subprocess.run(["bash", "-c", command], env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, check=True, timeout=30)
-    shown = subprocess.run(["bash", "-c", ". ~/.bashrc; echo $NMT_STORAGE_PATH $MLFLOW_ARTIFACTS $MLFLOW_TRACKING_URI"],
-                           env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=30)
+        subprocess.run(["bash", "-c", command], env=home, check=True, timeout=30)
+    echo = ". ~/.bashrc; echo $NMT_STORAGE_PATH $MLFLOW_ARTIFACTS $MLFLOW_TRACKING_URI"
+    shown = subprocess.run(["bash", "-c", echo], env=home, capture_output=True, text=True, timeout=30)
     assert shown.stdout.split() == ["s3://edited-bucket/syntax-nmt/ray", "s3://edited-bucket/syntax-nmt/mlflow",
                                     "http://127.0.0.1:5000"]
     assert (tmp_path / ".bashrc").read_text().count("syntax-nmt.env") == 1
@@ -156,7 +158,8 @@ def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
 
     from platform.launch.cluster import RUNTIME_EXCLUDES
 
-    code = [p.relative_to(ROOT).as_posix() for d in ("platform", "models", "search_spaces") for p in (ROOT / d).rglob("*.py")]
+    code = [p.relative_to(ROOT).as_posix()
+            for d in ("platform", "models", "search_spaces") for p in (ROOT / d).rglob("*.py")]
     assert "platform/data/encode.py" in code
     cluster = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     gitignore = (ROOT / ".gitignore").read_text().splitlines()

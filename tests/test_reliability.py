@@ -49,11 +49,12 @@ WRITER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {root!r})  # before torch, which imports the standard library's platform
     import torch
-    from platform.training.checkpoint import save_checkpoint
+    from platform.training.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
     step = 0
     while True:
         step += 1
-        save_checkpoint({{"step": step, "weights": torch.full((3_000_000,), float(step))}}, {path!r})
+        state = {{"format_version": CHECKPOINT_FORMAT, "step": step, "weights": torch.full((3_000_000,), float(step))}}
+        save_checkpoint(state, {path!r})
 """)
 
 
@@ -175,7 +176,8 @@ def test_a_full_disk_during_prepare_is_a_one_line_error_and_leaves_nothing(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no dataset, no temp directory
 
 
-@pytest.mark.parametrize("command", [["platform.train", "--model", "transformer"], ["platform.tune", "--space", "dbsa"]])
+@pytest.mark.parametrize("command", [["platform.train", "--model", "transformer"],
+                                     ["platform.tune", "--space", "dbsa"]])
 def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(tmp_path, command):
     """With the default ``--data demo`` in a directory that has no demo corpus yet: the error
     comes before any work (preparing the corpus, starting Ray, MLflow's minutes of retries)."""
@@ -262,9 +264,11 @@ def trained_directory(demo_dataset, tmp_path_factory):
 def test_a_full_disk_during_evaluate_leaves_no_partial_output(trained_directory, demo_dataset, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    result = subprocess.run([sys.executable, "-m", "platform.evaluate", "--checkpoint", str(trained_directory / "best.pt"),
-                             "--test", str(demo_dataset / "conllu" / "test"), "--src", "sov", "--tgt", "svo", "--beam", "1",
-                             "--out", str(out / "test")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+    result = subprocess.run([sys.executable, "-m", "platform.evaluate",
+                             "--checkpoint", str(trained_directory / "best.pt"),
+                             "--test", str(demo_dataset / "conllu" / "test"), "--src", "sov", "--tgt", "svo",
+                             "--beam", "1", "--out", str(out / "test")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300,
                             preexec_fn=limit_file_size(8 * 1024))
     line = one_line_error(result)
     assert line.startswith(f"error: {out}/test.") and line.endswith(": File too large")  # names the file
@@ -329,7 +333,8 @@ def test_a_malicious_pickle_checkpoint_is_refused_and_never_runs(tmp_path):
         pickle.dump({"model": Payload(str(marker))}, handle)
     torch.save({"model": Payload(str(marker))}, tmp_path / "evil2.pt")
     for path in (evil, tmp_path / "evil2.pt"):
-        refused = run_module("platform.evaluate", "--checkpoint", path, "--test", tmp_path / "x", "--src", "a", "--tgt", "b")
+        refused = run_module("platform.evaluate", "--checkpoint", path, "--test", tmp_path / "x",
+                             "--src", "a", "--tgt", "b")
         assert one_line_error(refused).startswith(f"error: {path}: not a checkpoint this code can load")
     assert not marker.exists()
 
@@ -366,7 +371,8 @@ def test_no_eval_exec_pickle_or_shell_on_any_input():
                 found.append(f"{where}: {name}")
             if owner in ("pickle", "cloudpickle", "marshal") and name in ("load", "loads"):
                 found.append(f"{where}: {owner}.{name}")
-            if "shell" in keywords and not (isinstance(keywords["shell"], ast.Constant) and keywords["shell"].value is False):
+            explicit_false = isinstance(keywords.get("shell"), ast.Constant) and keywords["shell"].value is False
+            if "shell" in keywords and not explicit_false:
                 found.append(f"{where}: shell=")
             if (owner, name) == ("torch", "load"):
                 weights_only = keywords.get("weights_only")

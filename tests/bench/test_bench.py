@@ -1,4 +1,5 @@
-"""platform.bench at a tiny size: real models, the real train step, real timing, real JSON; no speed targets asserted."""
+"""platform.bench at a tiny size: real models, the real train step, real timing, real JSON; no speed
+targets asserted."""
 
 import json
 import math

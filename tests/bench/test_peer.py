@@ -72,12 +72,13 @@ def test_joeynmt_gets_the_platforms_resolved_setting(peer, tmp_path):
                                     tmp_path / "m", [200], 100)
     assert unclipped["training"]["clip_grad_norm"] is None  # 0 disables clipping on both sides
     assert (model["embed_initializer"], model["embed_init_weight"]) == ("normal", config.model.d_model ** -0.5)
-    xavier = peer.joeynmt_config(peer.platform_config(1, ["model.embed_init=xavier"]), tmp_path, {"src": "a", "tgt": "b"},
-                                 tmp_path / "m", [200], 100)
+    xavier_config = peer.platform_config(1, ["model.embed_init=xavier"])
+    xavier = peer.joeynmt_config(xavier_config, tmp_path, {"src": "a", "tgt": "b"}, tmp_path / "m", [200], 100)
     assert xavier["model"]["embed_initializer"] == "xavier_uniform"  # JoeyNMT's own default
 
 
 def test_the_table_gives_mean_and_spread_over_seeds(peer):
-    lines = [{"label": "a", "seed": s, "update": 200, "dev_bleu": b, "tokens_per_s": 1000.0} for s, b in ((1, 10.0), (2, 20.0))]
+    lines = [{"label": "a", "seed": s, "update": 200, "dev_bleu": b, "tokens_per_s": 1000.0}
+             for s, b in ((1, 10.0), (2, 20.0))]
     table = peer.table(lines + [json.loads(json.dumps({**lines[0], "label": "b"}))])
     assert "| a | 2 | 15.0 ± 5.0 | 1,000 |" in table and "| b | 1 | 10.0 ± 0.0 | 1,000 |" in table

@@ -90,7 +90,8 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         return JobSubmissionClient(dashboard)
 
     def gpus_alive() -> list[float]:
-        found = subprocess.run([sys.executable, "-c", ALIVE, address], env=env, capture_output=True, text=True, timeout=120)
+        found = subprocess.run([sys.executable, "-c", ALIVE, address], env=env, capture_output=True, text=True,
+                               timeout=120)
         assert found.returncode == 0, found.stderr[-2000:]
         # its own line: Ray prints the autoscaler's events (such as the release) to drivers too
         (line,) = [line for line in found.stdout.splitlines() if line.startswith("ALIVE ")]
@@ -100,7 +101,8 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         _, runs = runs_of(uri, "autoscale")
         return [r for r in runs if r.data.tags.get("mlflow.parentRunId") and status in (None, r.info.status)]
 
-    def submit(client, command: list[str]) -> str:  # as ``ray job submit -- bash -c "cd ... && python -m platform.tune ..."``
+    # as ``ray job submit -- bash -c "cd ... && python -m platform.tune ..."``
+    def submit(client, command: list[str]) -> str:
         return client.submit_job(entrypoint=f"cd {shlex.quote(str(ROOT))} && {shlex.join(command)}")
 
     try:
@@ -131,6 +133,7 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         assert all(r.info.status == "FAILED" and r.data.tags.get("lost") == "true" for r in rest), \
             [(r.info.run_name, r.info.status, r.data.tags.get("error")) for r in rest]
         idle_s = IDLE_MINUTES * 60
-        wait_for(lambda: gpus_alive() == [0], idle_s + 60, f"the idle gpu_worker released ({idle_s:g} s idle timeout)", poll=5)
+        wait_for(lambda: gpus_alive() == [0], idle_s + 60, f"the idle gpu_worker released ({idle_s:g} s idle timeout)",
+                 poll=5)
     finally:
         end_ray_processes_under(temp_dir)
