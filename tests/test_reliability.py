@@ -235,25 +235,6 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
             server.stop()
 
 
-@pytest.mark.slow
-def test_a_server_outage_during_2_worker_training_through_the_relay_loses_nothing_and_holds_no_rank(
-        ray_cluster, demo_dataset, tmp_path, postgres):
-    """The production path: the server on 127.0.0.1, so rank 0's calls go through the relay actor;
-    the server is SIGKILLed once epoch 1 is logged and restarted 20 s later.  Its backend store
-    is a real PostgreSQL database, as on the cluster's head (the same outage with a sqlite store,
-    across nodes: tests/launch/test_no_shared_disk.py)."""
-    from servers import MlflowOutage
-
-    from platform import train
-
-    with MlflowOutage(tmp_path, backend=postgres.database("outage")) as outage:
-        assert train.main(["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2",
-                           "--max-epochs", "4", "--set", "max_steps_per_epoch=20", "--experiment", outage.EXPERIMENT,
-                           "--tracking-uri", outage.uri, "--storage-path", str(tmp_path / "runs"),
-                           "--max-failures", "0"]) == 0
-        outage.checked_run()
-
-
 @pytest.fixture(scope="module")
 def trained_directory(demo_dataset, tmp_path_factory):
     directory = tmp_path_factory.mktemp("trained")

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -172,12 +171,12 @@ params:
 """
 
 # (scheduler, searcher, space, extra flags, configs sampled, trials per config, tracking): the
-# driver killed once on Ray, on an MLflow server backed by a real PostgreSQL database as on the
-# cluster's head; the other searchers and schedulers resume through the same save and restore,
-# done without a cluster in test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it
-# (asha+tpe interrupted with Ctrl-C: test_ashas_rungs_survive_an_interrupted_sweeps_resume)
+# driver killed once on Ray with the default search (ASHA and TPE), on an MLflow server backed by
+# a real PostgreSQL database as on the cluster's head; the other searchers and schedulers resume
+# through the same save and restore, done without a cluster in
+# test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it
 KILLED_DRIVERS = [
-    ("median", "cmaes", "dbsa", [], 3, 1, "postgresql"),
+    ("asha", "tpe", "dbsa", [], 4, 1, "postgresql"),
 ]
 
 
@@ -254,6 +253,14 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     assert len(states) == configs and set(states) <= {"COMPLETE", "PRUNED"}, states
     if scheduler == "none":
         assert set(states) == {"COMPLETE"}
+    if scheduler == "asha":  # the rungs survived the kill: every trial of both sessions met the first one
+        assert {c.data.tags["trial_id"] for c in children} == saved_rungs(tmp_path / "runs" / "k1")[1]
+    # nothing of either session holds CPUs: what the killed session left reserved the resume released
+    total = ray_cluster.cluster_resources()["CPU"]
+    try:
+        wait_for(lambda: ray_cluster.available_resources().get("CPU", 0) == total, 120, "every CPU back")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; alive: {alive_actors()}; groups: {cluster_records()[2]}") from None
     if server is not None:  # all of it in PostgreSQL, nothing in a file beside the server
         import sqlalchemy
 
@@ -269,15 +276,20 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
 RESUMED_TRIALS = {"t0": [10.0, 12.0, 14.0], "t1": [20.0, 21.0, 22.0], "t2": [5.0, 6.0, 7.0]}
 
 
+class _Trial:
+    """What the schedulers read of a Tune trial; hashable by identity, as Tune's ``Trial`` is."""
+
+    def __init__(self, trial_id: str, config: dict):
+        self.trial_id, self.config, self.evaluated_params = trial_id, config, config
+
+
 def _drive(searcher, scheduler, trial_id: str, epochs: list[float], complete: bool = True) -> dict:
     """Trial ``trial_id`` sampled, its epochs reported (scheduler first, as Tune does) until the
     scheduler stops it or the epochs end, then completed; returns the config it was given."""
-    from types import SimpleNamespace
-
     from ray.tune.schedulers import TrialScheduler
 
     config = searcher.suggest(trial_id)
-    trial = SimpleNamespace(trial_id=trial_id, config=config, evaluated_params=config)
+    trial = _Trial(trial_id, config)
     scheduler.on_trial_add(None, trial)
     result = {}
     for epoch, bleu in enumerate(epochs, 1):
@@ -293,7 +305,7 @@ def _drive(searcher, scheduler, trial_id: str, epochs: list[float], complete: bo
 
 
 @pytest.mark.parametrize("searcher_name,scheduler_name,seeds", [("grid", "hyperband", 1), ("random", "none", 2),
-                                                                 ("tpe", "asha", 1)])
+                                                                 ("tpe", "asha", 1), ("cmaes", "none", 1)])
 def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tmp_path, searcher_name,
                                                                              scheduler_name, seeds):
     """What ``--resume`` after a killed driver restores, with the real Optuna samplers and Ray
@@ -331,9 +343,7 @@ def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tm
         assert rungs(resumed_scheduler) == saved_rungs
     if scheduler_name == "asha":  # one bracket: both trials reached its first rung before the kill
         assert saved_rungs[1] >= {"t0", "t1"}
-    from types import SimpleNamespace
-
-    running = SimpleNamespace(trial_id="t1", config=configs["t1"], evaluated_params=configs["t1"])
+    running = _Trial("t1", configs["t1"])
     for epoch, bleu in enumerate(RESUMED_TRIALS["t1"][1:], 2):  # Tune resumes t1 from its checkpoint
         resumed_scheduler.on_trial_result(None, running, {"training_iteration": epoch, "dev_bleu": bleu})
         resumed.on_trial_result("t1", {"training_iteration": epoch, "dev_bleu": bleu})
@@ -363,49 +373,6 @@ def saved_rungs(sweep_path: Path) -> dict[int, set[str]]:
     """ASHA's rungs as the sweep saved them with its searcher: {milestone epoch: trial ids}."""
     _, scheduler = saved_state(str(sweep_path))
     return rungs(scheduler)
-
-
-def test_ashas_rungs_survive_an_interrupted_sweeps_resume(ray_cluster, demo_dataset, tmp_path):
-    """Ctrl-C once two trials passed ASHA's first rung: Tune saves the experiment and stops;
-    ``--resume`` restores the rungs with the searcher, so the trials recorded there before the
-    interruption are still there at the end and later trials are compared with them.  Ray alone
-    forgets them (ray#30838): the resumed trials continue from their epoch-1 checkpoints and
-    never report epoch 1 again."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = sweep_args(demo_dataset, tmp_path, "--name", "a1", "--num-samples", "4", "--max-epochs", "3",
-                      "--max-concurrent", "2", experiment="asha-resume")
-    log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address",
-                               ray_cluster.get_runtime_context().gcs_address], cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT, env={**os.environ, "RAY_ADDRESS": ""}, start_new_session=True)
-
-    def past_the_first_rung() -> set[str]:
-        client, found = runs_of(uri, "asha-resume")
-        return {r.data.tags["trial_id"] for r in found if r.data.tags.get("mlflow.parentRunId")
-                and validated_epochs(client, r.info.run_id)[:1] == [1]}
-
-    try:
-        wait_for(lambda: driver.poll() is None and len(past_the_first_rung()) >= 2, 300, "two trials past epoch 1")
-        time.sleep(5)  # Tune has surely taken those results (MLflow can be a moment ahead)
-        recorded_before = past_the_first_rung()
-        driver.send_signal(signal.SIGINT)  # what Ctrl-C does: Tune saves its state and stops
-        driver.wait(timeout=180)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=60)
-        log.close()
-    assert tune.main(args + ["--resume"]) == 0, (tmp_path / "driver.log").read_text()[-3000:]
-    rungs = saved_rungs(tmp_path / "runs" / "a1")
-    assert recorded_before <= rungs[1], (recorded_before, rungs)
-    assert len(rungs[1]) == 4  # every trial of both sessions was compared at the first rung
-    # nothing of either session holds CPUs: what the Ctrl-C'd session's teardown left reserved
-    # (Ray Train once left a worker group's placement group behind) the resume released
-    total = ray_cluster.cluster_resources()["CPU"]
-    try:
-        wait_for(lambda: ray_cluster.available_resources().get("CPU", 0) == total, 120, "every CPU back")
-    except AssertionError as error:
-        raise AssertionError(f"{error}; alive: {alive_actors()}; groups: {cluster_records()[2]}") from None
 
 
 LOAD_SPACE = """\

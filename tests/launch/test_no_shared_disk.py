@@ -246,14 +246,15 @@ def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
     assert broken.returncode != 0 and f"error: {data}: an incomplete upload" in broken.stderr
 
 
-def test_an_mlflow_outage_while_the_other_node_trains_loses_nothing_and_holds_no_rank(cluster, tmp_path):
-    """The ``ray_cluster.yaml`` layout: the server on the head's loopback, so rank 0 (on the
-    worker node) logs through the relay actor on the head; the server is SIGKILLed once epoch 1
-    is logged and restarted 20 s later, while the other node trains."""
+def test_an_mlflow_outage_while_the_other_node_trains_loses_nothing_and_holds_no_rank(cluster, tmp_path, postgres):
+    """The ``ray_cluster.yaml`` layout: the server on the head's loopback with its backend store in
+    a real PostgreSQL database, so rank 0 (on the worker node) logs through the relay actor on the
+    head; the server is SIGKILLed once epoch 1 is logged and restarted 20 s later, while both
+    ranks train."""
     from servers import MlflowOutage
 
     shared, hidden = cluster["shared"], cluster["cluster"]
-    with MlflowOutage(tmp_path) as outage:
+    with MlflowOutage(tmp_path, backend=postgres.database("outage")) as outage:
         result = cli(cluster, "train", "--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
                      "--max-epochs", "4", "--set", "max_steps_per_epoch=20", "--address", hidden.address,
                      "--storage-path", shared / "runs", "--tracking-uri", outage.uri, "--experiment",
