@@ -104,7 +104,8 @@ class Trained:
                 warnings.simplefilter("ignore")  # torch's notes on pickle protocols: the error says it all
                 state = load_checkpoint(checkpoint)  # on the CPU: the model alone moves to ``device``
         except IncompatibleCheckpoint as error:  # of another format: it names the file
-            raise UserError(f"the best checkpoint of MLflow run {run_id}: {error}" if run_id else str(error)) from None
+            raise UserError(f"the best checkpoint of MLflow run {run_id}: {str(error).removeprefix(f'{checkpoint}: ')}"
+                            if run_id else str(error)) from None
         except Exception as error:  # noqa: BLE001 - whatever torch refused, said in one line
             raise UserError(f"{checkpoint}: not a checkpoint this code can load "
                             f"({checkpoint_load_error(error)})") from None

@@ -1,7 +1,7 @@
 """``python -m platform.tune``: a hyper-parameter sweep with Ray Tune + Optuna + ASHA, tracked in MLflow.
 
     python -m platform.tune --space dbsa                       # demo corpus, CPU-sized sweep
-    python -m platform.tune --space deprel --data data/ja-en --num-samples 32 --workers-per-trial 2 --gpus-per-worker 1
+    python -m platform.tune --space deprel --data data/ja-en --num-trials 32 --workers-per-trial 2 --gpus-per-worker 1
     python -m platform.tune --space dbsa --name my-sweep --resume
     python -m platform.tune --space hier --dry-run
     python -m platform.tune --space dbsa --search random --scheduler none --time-budget 2h --confirm 2

@@ -26,7 +26,8 @@ def smoke_args(dataset, tmp_path, experiment, *extra):
 
 
 # the models a smoke run trains through Ray Train and MLflow here; every other model trains in
-# the same loop (``fit``) in this process: test_every_other_model_trains_in_smoke_mode_in_the_same_loop
+# the same loop (``fit``) in this process:
+# test_every_other_model_trains_in_smoke_mode_in_the_same_loop_and_its_best_checkpoint_is_its_pyfunc_model
 THROUGH_RAY = ("dbsa", "tree2seq")
 
 
