@@ -1,12 +1,9 @@
 """Real sweeps: real local Ray cluster, real Optuna, real MLflow sqlite store."""
 
 import re
-import subprocess
-import sys
-import textwrap
 
 import pytest
-from helpers import ROOT, free_port, runs_of, sweep_args
+from helpers import runs_of, sweep_args
 from mlflow.tracking import MlflowClient
 
 from platform import tune
@@ -218,50 +215,6 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
     assert "optuna/pareto_front.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
 
 
-CLUSTER_SWEEP = textwrap.dedent("""
-    import json, os, sys
-    sys.path.insert(0, {root!r})
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    import ray
-    from ray.cluster_utils import Cluster
-    head, *others = json.loads({nodes!r})
-    # its own dashboard port: the state API must not reach another cluster's
-    cluster = Cluster(initialize_head=True, head_node_args={{**head, "dashboard_port": {port}}})
-    for node in others:
-        cluster.add_node(**node)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address,
-             runtime_env={{"working_dir": {root!r}, "excludes": [".git", "data", "runs", "*.db"]}})
-    from platform import tune
-    code = tune.main(["--space", "dbsa", "--smoke", "--data", {data!r}, "--tracking-uri", "sqlite:///{tmp}/mlflow.db",
-                      "--storage-path", "{tmp}/runs", *json.loads({argv!r})])
-    ray.shutdown()
-    cluster.shutdown()
-    sys.exit(code)
-""")
-
-
-def cluster_sweep(nodes: list[dict], argv: list[str], data, tmp_path) -> subprocess.CompletedProcess:
-    """A smoke sweep (``argv`` added) on a multi-node ``ray.cluster_utils.Cluster`` of ``nodes``
-    (the head's, then each other node's ``num_cpus``/``num_gpus``), in a process of its own."""
-    import json
-
-    script = tmp_path / "cluster_sweep.py"
-    script.write_text(CLUSTER_SWEEP.format(root=str(ROOT), data=str(data), tmp=str(tmp_path), port=free_port(),
-                                           nodes=json.dumps(nodes), argv=json.dumps(argv)))
-    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
-
-
-def test_a_sweep_uses_both_nodes_of_a_two_node_cluster(own_cluster, demo_dataset, tmp_path):
-    cluster_sweep([{"num_cpus": 2}, {"num_cpus": 2}], ["--experiment", "two-nodes", "--num-samples", "4",
-                                                       "--cpus-per-worker", "1.5"], demo_dataset, tmp_path)
-    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "two-nodes")
-    nodes = {r.data.tags["node_id"] for r in runs if "node_id" in r.data.tags}
-    assert len(nodes) == 2  # each node fits one 1.5-CPU trainer worker: trials ran on both
-
-
 def test_a_sweep_in_which_every_trial_failed_exits_non_zero_without_a_best_config(ray_cluster, demo_dataset, tmp_path,
                                                                                    capsys):
     import shutil
@@ -284,22 +237,3 @@ def test_a_sweep_in_which_every_trial_failed_exits_non_zero_without_a_best_confi
                                 "tags.sweep_parent = 'all-fail'")[0]
     assert parent.info.status == "FAILED"
     assert "best_config.yaml" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
-
-
-def test_two_trials_share_one_gpu_at_a_half_each_and_a_third_waits(own_cluster, demo_dataset, tmp_path):
-    # one logical GPU (no CUDA here): Ray's accounting is what packs trials onto it
-    result = cluster_sweep([{"num_cpus": 10, "num_gpus": 1}],
-                           ["--experiment", "gpu-packing", "--num-trials", "3", "--max-concurrent", "3",
-                            "--gpus-per-worker", "0.5", "--search", "random", "--scheduler", "none",
-                            "--max-epochs", "1", "--set", "eval.max_sentences=8"], demo_dataset, tmp_path)
-    assert "up to 2 at once" in result.stdout and "0.5 GPU per worker" in result.stdout  # what fits on one GPU
-    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "gpu-packing")
-    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
-    assert len(trials) == 3 and all(r.info.status == "FINISHED" for r in trials)
-    # each rank 0 saw the GPU Ray assigned it (the only one, id 0) and trained on what it could drive
-    assert {(r.data.tags["gpu_ids"], r.data.tags["cuda_visible_devices"]) for r in trials} == {("0", "0")}
-    assert {r.data.params["gpus_per_worker"] for r in trials} == {"0.5"}
-    spans = sorted((r.info.start_time, r.info.end_time) for r in trials)
-    at_once = max(sum(start <= moment < end for start, end in spans) for moment, _ in spans)
-    assert at_once == 2  # two trials on the one GPU at once
-    assert spans[2][0] >= min(end for _, end in spans[:2])  # the third started once one of them had ended

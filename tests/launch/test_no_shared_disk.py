@@ -4,7 +4,9 @@ in which the checkout (and its virtual environment's path, bound back alone), py
 temporary directories (every test's working directory, MLflow store and demo corpus) are
 hidden under empty tmpfs mounts.  The head has no CPUs, so every trial and Train worker runs on
 the other node.  One shared directory outside those stands for a shared file system, and a real
-S3-compatible server (moto) on loopback for object storage.
+S3-compatible server (moto) on loopback for object storage.  The module's last tests add a third,
+plain node (it sees every file, and has one logical GPU): a sweep spreads over both worker nodes,
+and trials share the GPU.
 
 The pytest session's own local cluster is shut down for this module and started again after
 it: never two clusters on the machine at once."""
@@ -64,6 +66,17 @@ PROBE = textwrap.dedent("""
 """)
 
 
+NODES = textwrap.dedent("""
+    import json, sys, time
+    import ray
+    ray.init(address=sys.argv[1], logging_level="ERROR")
+    deadline = time.time() + 120
+    while len([n for n in ray.nodes() if n["Alive"]]) < int(sys.argv[2]) and time.time() < deadline:
+        time.sleep(0.5)
+    print(json.dumps([n["NodeID"] for n in ray.nodes() if n["Alive"]]))
+""")
+
+
 class HiddenNodeCluster:
     """``ray start --head --num-cpus 0`` here, and a 4-CPU worker node that sees none of ``hide``."""
 
@@ -100,6 +113,18 @@ class HiddenNodeCluster:
         self.head, self.worker = found["head"], found["worker"]
         return found["sees"]
 
+    def add_plain_node(self, num_cpus: int, num_gpus: int) -> str:
+        """Another worker node, in this machine's own mount namespace (it sees every file, as the
+        head does); returns its node id once the cluster has it."""
+        ray = str(Path(sys.executable).parent / "ray")
+        subprocess.run([ray, "start", f"--address={self.address}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
+                        "--disable-usage-stats"], env=self.env, check=True, capture_output=True, timeout=180)
+        nodes = subprocess.run([sys.executable, "-c", NODES, self.address, "3"], env=self.env, capture_output=True,
+                               text=True, timeout=180)
+        assert nodes.returncode == 0, nodes.stderr[-3000:]
+        (plain,) = set(json.loads(nodes.stdout.strip().splitlines()[-1])) - {self.head, self.worker}
+        return plain
+
     def stop(self) -> None:
         """End this cluster's processes (by its temporary directory), not every Ray on the machine."""
         end_ray_processes_under(self.temp_dir)
@@ -132,6 +157,12 @@ def cluster(own_module_cluster, tmp_path_factory):
         hidden.stop()
         s3.stop()
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def plain_node(cluster) -> str:
+    """The third node (3 CPUs, one logical GPU), added once for the module's last tests; its node id."""
+    return cluster["cluster"].add_plain_node(num_cpus=3, num_gpus=1)
 
 
 def cli(cluster, module: str, *args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -264,12 +295,14 @@ def test_an_mlflow_outage_while_the_other_node_trains_loses_nothing_and_holds_no
     assert run.data.tags["node_id"] == hidden.worker  # rank 0 logged through the relay from the other node
 
 
-def test_a_sweep_runs_every_trial_on_the_other_node_and_its_files_go_to_s3_not_through_the_head(cluster, tmp_path):
+def test_a_sweep_spreads_over_both_worker_nodes_and_its_files_go_to_s3_not_through_the_head(cluster, plain_node,
+                                                                                            tmp_path):
     """The ``ray_cluster.yaml`` layout with S3 (moto) as the storage and MLflow's artifact store
-    (``--default-artifact-root s3://... --no-serve-artifacts``): every trial runs on the worker
-    node; Ray Train's checkpoints, the trials' MLflow files and their models land in the bucket,
-    uploaded by the worker node itself; the relay on the head carries their metadata only (its
-    byte count is logged on the sweep)."""
+    (``--default-artifact-root s3://... --no-serve-artifacts``): two trials at once, each worker
+    node fitting one (2.5 CPUs a worker), so one runs on the node that sees none of the head's
+    files and one on the plain node; Ray Train's checkpoints, the trials' MLflow files and their
+    models land in the bucket, uploaded by the worker nodes themselves; the relay on the head
+    carries their metadata only (its byte count is logged on the sweep)."""
     import pyarrow.fs
     from servers import MlflowServer
 
@@ -279,19 +312,22 @@ def test_a_sweep_runs_every_trial_on_the_other_node_and_its_files_go_to_s3_not_t
     server.start()
     try:
         result = cli(cluster, "tune", "--space", "dbsa", "--smoke", "--num-trials", "2", "--address", hidden.address,
-                     "--name", "direct", "--storage-path", f"s3://{BUCKET}/sweeps", "--tracking-uri", server.uri,
+                     "--max-concurrent", "2", "--cpus-per-worker", "2.5", "--gpus-per-worker", "0", "--name", "direct",
+                     "--search", "random", "--scheduler", "none",
+                     "--storage-path", f"s3://{BUCKET}/sweeps", "--tracking-uri", server.uri,
                      "--experiment", "direct", cwd=tmp_path, timeout=900)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         client, found = runs_of(server.uri, "direct")
         trial_ids = [r.info.run_id for r in found if r.data.tags.get("mlflow.parentRunId")]
         models = [o.model_id for run_id in trial_ids for o in client.get_run(run_id).outputs.model_outputs]
-        locations = [client.get_logged_model(model).artifact_location for model in models]  # a pruned trial has none
+        locations = [client.get_logged_model(model).artifact_location for model in models]
     finally:
         server.stop()
     parent = next(r for r in found if r.data.tags.get("sweep_parent") == "direct")
     trials = [r for r in found if r.data.tags.get("mlflow.parentRunId")]
     assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in trials)
-    assert len(trials) == 2 and {r.data.tags["node_id"] for r in trials} == {hidden.worker}
+    # both at once, one on each worker node (neither node fits two): trials ran on both, none on the head
+    assert len(trials) == 2 and {r.data.tags["node_id"] for r in trials} == {hidden.worker, plain_node}
     assert {r.data.params["git_commit"] for r in trials} == {parent.data.params["git_commit"]} != {"unknown"}
     assert parent.data.metrics["relay_artifact_bytes"] == 0  # no file crossed to the head as bytes
     fs = pyarrow.fs.S3FileSystem(endpoint_override=s3.endpoint, access_key="testing", secret_key="testing",
@@ -308,7 +344,31 @@ def test_a_sweep_runs_every_trial_on_the_other_node_and_its_files_go_to_s3_not_t
         assert any(name.endswith("config.yaml") for name in logged)
         assert any(f"direct-{trial.data.tags['trial_id']}" in name and name.endswith("checkpoint.pt")
                    for name in checkpoints)
-    assert locations  # the complete trial's MLflow model (a trial ASHA pruned has none)
+    assert len(locations) == 2  # each trial's MLflow model (no scheduler: both ran to their end)
     for location in locations:
         assert location.startswith(f"s3://{BUCKET}/mlflow/") and any(
             name.endswith("MLmodel") for name in files(location[len("s3://"):]))
+
+
+def test_two_trials_share_one_gpu_at_a_half_each_and_a_third_waits(cluster, plain_node, demo_dataset, tmp_path):
+    """The plain node's one logical GPU (no CUDA here): Ray's accounting is what packs trials onto it."""
+    hidden = cluster["cluster"]
+    store = f"sqlite:///{tmp_path}/mlflow.db"
+    result = cli(cluster, "tune", "--space", "dbsa", "--smoke", "--data", demo_dataset, "--address", hidden.address,
+                 "--experiment", "gpu-packing", "--num-trials", "3", "--max-concurrent", "3",
+                 "--gpus-per-worker", "0.5", "--cpus-per-worker", "0.5", "--search", "random", "--scheduler", "none",
+                 "--max-epochs", "1", "--set", "eval.max_sentences=8", "--tracking-uri", store,
+                 "--storage-path", cluster["shared"] / "gpu-packing", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "up to 2 at once" in result.stdout and "0.5 GPU per worker" in result.stdout  # what fits on one GPU
+    _, runs = runs_of(store, "gpu-packing")
+    trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(trials) == 3 and all(r.info.status == "FINISHED" for r in trials)
+    assert {r.data.tags["node_id"] for r in trials} == {plain_node}  # the one node with a GPU
+    # each rank 0 saw the GPU Ray assigned it (the only one, id 0) and trained on what it could drive
+    assert {(r.data.tags["gpu_ids"], r.data.tags["cuda_visible_devices"]) for r in trials} == {("0", "0")}
+    assert {r.data.params["gpus_per_worker"] for r in trials} == {"0.5"}
+    spans = sorted((r.info.start_time, r.info.end_time) for r in trials)
+    at_once = max(sum(start <= moment < end for start, end in spans) for moment, _ in spans)
+    assert at_once == 2  # two trials on the one GPU at once
+    assert spans[2][0] >= min(end for _, end in spans[:2])  # the third started once one of them had ended
