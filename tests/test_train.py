@@ -137,14 +137,22 @@ def test_train_cli_as_a_user_runs_it(own_cluster, demo_dataset, tmp_path):
     assert "Traceback" not in bad.stderr
 
 
-def test_update_limits_and_intervals_as_a_user_sets_them(ray_cluster, demo_dataset, tmp_path):
+def test_update_limits_then_continue_the_finished_run_then_fine_tune_it_in_a_new_run(ray_cluster, demo_dataset,
+                                                                                     tanaka_dataset, tmp_path):
     """``--max-updates 12 --log-every 4 --validate-every 6`` over smoke epochs of 8 updates, no
-    epoch limit: progress lines, train metrics at updates 4, 8, 12 (and the validation's own
-    window at 6), dev BLEU at 6 and 12, Ray checkpoints of updates 6 and 12, and the run stops at 12
-    (the progress lines: ``test_train_cli_as_a_user_runs_it``, tests/training/test_loop.py)."""
-    assert train.main(["--model", "dbsa", *smoke_args(demo_dataset, tmp_path, "updates", "--name", "u12"),
-                       "--max-updates", "12", "--log-every", "4", "--validate-every", "6"]) == 0
-    client, (run,) = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "updates")
+    epoch limit: train metrics at updates 4, 8, 12 (and the validation's own window at 6), dev
+    BLEU at 6 and 12, Ray checkpoints of updates 6 and 12, and the run stops at 12 (the progress
+    lines: ``test_train_cli_as_a_user_runs_it``, tests/training/test_loop.py).  ``--continue``
+    trains that finished run on to a higher limit in the same run; ``--init-from`` its run id
+    starts a new run from its best weights, which score the source's best checkpoint's dev loss,
+    BLEU and chrF before any update; weights for another vocabulary are refused before any work."""
+    from platform.errors import UserError
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = ["--model", "transformer", *smoke_args(demo_dataset, tmp_path, "warm")]
+    intervals = ["--log-every", "4", "--validate-every", "6"]
+    assert train.main([*args, "--name", "source", "--max-updates", "12", *intervals]) == 0
+    client, (run,) = runs_of(uri, "warm")
     assert run.info.status == "FINISHED" and run.data.params["max_updates"] == "12"
     history = {key: [int(m.step) for m in client.get_metric_history(run.info.run_id, key)]
                for key in ("train_loss", "lr", "grad_norm", "dev_bleu", "epoch")}
@@ -152,23 +160,13 @@ def test_update_limits_and_intervals_as_a_user_sets_them(ray_cluster, demo_datas
     assert history["train_loss"] == [4, 6, 8, 12]  # update 12's window is the progress entry's, logged once
     assert history["grad_norm"] == history["lr"] == history["train_loss"] and history["epoch"] == [4, 6, 8, 12]
     assert [m.value for m in client.get_metric_history(run.info.run_id, "epoch")] == [1, 1, 1, 2]
-    checkpoints = sorted((tmp_path / "runs" / "u12").glob("checkpoint_*/checkpoint.pt"))
+    checkpoints = sorted((tmp_path / "runs" / "source").glob("checkpoint_*/checkpoint.pt"))
     assert [torch.load(path, weights_only=True)["progress"]["step"] for path in checkpoints] == [6, 12]
 
-
-def test_continue_a_finished_run_then_fine_tune_it_in_a_new_run(ray_cluster, demo_dataset, tanaka_dataset, tmp_path):
-    """``--continue`` trains a finished run on to a higher limit in the same run; ``--init-from``
-    its run id starts a new run from its best weights, which score the source's best checkpoint's
-    dev loss, BLEU and chrF before any update; weights for another vocabulary are refused before any work."""
-    from platform.errors import UserError
-
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = ["--model", "transformer", *smoke_args(demo_dataset, tmp_path, "warm")]
-    assert train.main([*args, "--name", "source", "--max-epochs", "1"]) == 0
-    assert train.main([*args, "--name", "source", "--max-epochs", "2", "--continue"]) == 0
+    assert train.main([*args, "--name", "source", "--max-updates", "18", *intervals, "--continue"]) == 0
     client, (source,) = runs_of(uri, "warm")
-    assert source.info.status == "FINISHED" and source.data.tags["continued_to"] == "max_epochs=2"
-    assert [int(m.step) for m in client.get_metric_history(source.info.run_id, "dev_bleu")] == [8, 16]
+    assert source.info.status == "FINISHED" and source.data.tags["continued_to"] == "max_updates=18"
+    assert [int(m.step) for m in client.get_metric_history(source.info.run_id, "dev_bleu")] == [6, 12, 18]
     best_step = int(source.data.tags["best_step"])
 
     def dev_at(run_id: str, step: int) -> dict[str, float]:
