@@ -22,17 +22,30 @@ def validate_cluster_config(config: dict) -> None:
     validate_config(prepare_config(config))
 
 
-def bootstrap_aws_cluster(config: dict) -> dict:
+def bootstrap_aws_cluster(config: dict, propagation_waits: bool = True) -> dict:
     """What ``ray up`` does with a cluster config before it launches anything on AWS: Ray's
     validation, then its AWS bootstrap (the head's IAM role and instance profile, the key pair,
     subnets, the security group, the image), against whatever endpoint boto3 is given
-    (``AWS_ENDPOINT_URL``).  Returns the bootstrapped config."""
-    from ray.autoscaler._private.aws.config import bootstrap_aws
+    (``AWS_ENDPOINT_URL``).  Returns the bootstrapped config.  Without ``propagation_waits``
+    the bootstrap skips its two 15 s sleeps after creating the head's IAM role and instance
+    profile (waits for AWS's eventual consistency, which a local stand-in does not have)."""
+    import time
+    import types
+
+    from ray.autoscaler._private.aws import config as aws_config
     from ray.autoscaler._private.util import prepare_config, validate_config
 
     prepared = prepare_config(config)
     validate_config(prepared)
-    return bootstrap_aws(prepared)
+    if propagation_waits:
+        return aws_config.bootstrap_aws(prepared)
+    module_time = aws_config.time
+    no_sleep = {name: getattr(time, name) for name in dir(time) if not name.startswith("__")}
+    aws_config.time = types.SimpleNamespace(**{**no_sleep, "sleep": lambda seconds: None})
+    try:
+        return aws_config.bootstrap_aws(prepared)
+    finally:
+        aws_config.time = module_time
 
 
 def ray_path_spec(patterns: list[str]):

@@ -49,7 +49,7 @@ def test_the_cluster_file_bootstraps_on_aws_as_ray_up_would(aws):
 
     config = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     create_worker_role("my-bucket")
-    done = bootstrap_aws_cluster(config)
+    done = bootstrap_aws_cluster(config, propagation_waits=False)  # moto: no eventual consistency to wait for
     head, worker = (done["available_node_types"][name]["node_config"] for name in ("head", "gpu_worker"))
     # the image: the current Deep Learning Base AMI through AWS's public parameter, never Ray's old DLAMI
     assert head["ImageId"] == worker["ImageId"] == IMAGE

@@ -14,6 +14,29 @@ from platform.training.context import Context
 from platform.training.loop import LocalHooks, fit
 
 
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """``cli(module, *args, stdin="")``: ``python -m MODULE ARGS`` as its ``__main__`` runs it
+    (``run_cli``: exit status, one-line errors), in this process, as a CompletedProcess.  The CLIs
+    as processes of their own: test_translate_needs_trees_for_tree_models_and_reads_conllu, the first
+    evaluate of test_evaluate_checkpoint_on_demo_test_writes_files and the refused --average-last 3."""
+    import importlib
+    import io
+
+    from platform.errors import run_cli
+
+    def run(module: str, *args, stdin: str = "") -> subprocess.CompletedProcess:
+        argv = [str(arg) for arg in args]
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8"))
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            run_cli(importlib.import_module(module).main, argv)
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+
+    return run
+
+
 @pytest.fixture(scope="module")
 def tree2seq_checkpoint(demo_dataset, tmp_path_factory):
     directory = tmp_path_factory.mktemp("tree2seq")
@@ -41,7 +64,7 @@ def test_translate_needs_trees_for_tree_models_and_reads_conllu(tree2seq_checkpo
     assert broken.returncode == 2 and "<stdin>:1: HEAD 5 out of range" in broken.stderr
 
 
-def test_evaluate_checkpoint_on_demo_test_writes_files(tree2seq_checkpoint, demo_dataset, tmp_path):
+def test_evaluate_checkpoint_on_demo_test_writes_files(tree2seq_checkpoint, demo_dataset, tmp_path, cli):
     test = demo_dataset / "conllu" / "test"
     result = run_module("platform.evaluate", "--checkpoint", tree2seq_checkpoint, "--test", test,
                         "--src", "sov", "--tgt", "svo", "--beam", "1", "--out", tmp_path / "demo")
@@ -53,22 +76,17 @@ def test_evaluate_checkpoint_on_demo_test_writes_files(tree2seq_checkpoint, demo
     recomputed = sacrebleu_scores(tmp_path / "demo.sacrebleu.sh")
     assert recomputed == pytest.approx([scores["test_bleu"], scores["test_chrf"], scores["test_bleu_tok"]], abs=1e-3)
     assert "to recompute the scores" in result.stderr
-    wrong = run_module("platform.evaluate", "--checkpoint", tree2seq_checkpoint, "--test", test,
-                       "--src", "ja", "--tgt", "en")
+    wrong = cli("platform.evaluate", "--checkpoint", tree2seq_checkpoint, "--test", test, "--src", "ja", "--tgt", "en")
     assert wrong.returncode == 2 and "translates sov->svo, not ja->en" in wrong.stderr
-    missing = run_module("platform.evaluate", "--checkpoint", tmp_path / "nope.pt", "--test", "x",
-                         "--src", "a", "--tgt", "b")
+    missing = cli("platform.evaluate", "--checkpoint", tmp_path / "nope.pt", "--test", "x", "--src", "a", "--tgt", "b")
     assert missing.returncode == 2 and "checkpoint not found" in missing.stderr
 
 
-def test_translate_nbest_writes_k_scored_translations_per_line_best_first(tree2seq_checkpoint, demo_dataset):
-    from helpers import ROOT
-
+def test_translate_nbest_writes_k_scored_translations_per_line_best_first(tree2seq_checkpoint, demo_dataset, cli):
     conllu = gzip.open(demo_dataset / "conllu" / "test.sov.conllu.gz", "rt", encoding="utf-8").read()
     first_two = "\n\n".join(conllu.split("\n\n")[:2]) + "\n\n"
-    command = [sys.executable, "-m", "platform.translate", "--checkpoint", str(tree2seq_checkpoint), "--conllu"]
-    result = subprocess.run([*command, "--beam", "4", "--nbest", "3"], input=first_two, capture_output=True, text=True,
-                            cwd=ROOT, timeout=300)
+    command = ["platform.translate", "--checkpoint", tree2seq_checkpoint, "--conllu"]
+    result = cli(*command, "--beam", "4", "--nbest", "3", stdin=first_two)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = [line.split(" ||| ") for line in result.stdout.splitlines()]
     assert [int(row[0]) for row in rows] == [0, 0, 0, 1, 1, 1]
@@ -76,11 +94,9 @@ def test_translate_nbest_writes_k_scored_translations_per_line_best_first(tree2s
         scores = [float(row[3]) for row in rows if int(row[0]) == line]
         assert scores == sorted(scores, reverse=True)  # best first
         assert all(row[2].startswith("log_prob=") and float(row[2][9:]) <= 0 for row in rows)
-    best = subprocess.run([*command, "--beam", "4"], input=first_two, capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    best = cli(*command, "--beam", "4", stdin=first_two)
     assert best.stdout.splitlines() == [row[1] for row in rows if rows.index(row) % 3 == 0]  # 1-best = plain output
-    refused = subprocess.run([*command, "--beam", "2", "--nbest", "3"], input=first_two, capture_output=True, text=True,
-                             cwd=ROOT, timeout=300)
+    refused = cli(*command, "--beam", "2", "--nbest", "3", stdin=first_two)
     assert refused.returncode == 2 and "--nbest 3 needs --beam ≥ 3" in refused.stderr and refused.stdout == ""
 
 
@@ -94,7 +110,7 @@ def three_epochs(demo_dataset, tmp_path_factory):
     return directory
 
 
-def test_average_last_evaluates_the_mean_of_the_kept_epochs(three_epochs, demo_dataset, tmp_path):
+def test_average_last_evaluates_the_mean_of_the_kept_epochs(three_epochs, demo_dataset, tmp_path, cli):
     import torch
 
     from platform.inference import Trained
@@ -109,9 +125,9 @@ def test_average_last_evaluates_the_mean_of_the_kept_epochs(three_epochs, demo_d
         torch.testing.assert_close(value, (epochs[0][name] + epochs[1][name]) / 2)
         moved += not torch.equal(epochs[0][name], epochs[1][name])
     assert moved > 3  # the two epochs really differ
-    result = run_module("platform.evaluate", "--checkpoint", three_epochs / "best.pt", "--test",
-                        demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--beam", "1",
-                        "--average-last", "2", "--out", tmp_path / "avg")
+    result = cli("platform.evaluate", "--checkpoint", three_epochs / "best.pt", "--test",
+                 demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--beam", "1",
+                 "--average-last", "2", "--out", tmp_path / "avg")
     assert result.returncode == 0, result.stderr[-2000:]
     assert set(json.loads(result.stdout)) >= {"test_avg2_bleu", "test_avg2_chrf", "test_avg2_bleu_tok"}
     refused = run_module("platform.evaluate", "--checkpoint", three_epochs / "best.pt", "--test",

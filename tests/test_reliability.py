@@ -190,7 +190,11 @@ def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(tmp_path
 
 def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, monkeypatch):
     """RunLogger straight to a real server, MLflow's own retries left as they are (minutes of
-    back-off per call): the calls return at once, and all arrive, in order, once it is back."""
+    back-off per call): the calls return at once, and all arrive, in order, once it is back.
+
+    The same outage serves a resumed run that re-logs missed epochs (1-3; the server has epoch 1
+    and is down when the call is made): nothing waits, and once it is back only 2 and 3 arrive
+    (deciding at the call would re-log 1 too)."""
     from mlflow.tracking import MlflowClient
 
     from platform.tracking import runs
@@ -200,6 +204,11 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
     server.start()
     try:
         run_id = runs.start_run(server.uri, "outage", "r", {"a": "1"}, {}, "a: 1\n")
+        resumed_id = runs.start_run(server.uri, "resume", "r", {}, {}, "")
+        history = [{"epoch": float(e), "dev_bleu": 10.0 * e} for e in (1, 2, 3)]
+        first = RunLogger(server.uri, resumed_id)  # the resumed run's first worker logged epoch 1
+        first.metrics(history[0], step=1)
+        assert first.close() == []
         logger = RunLogger(server.uri, run_id)
         logger.metrics({"dev_bleu": 1.0}, step=1)
         assert logger.drain(60)
@@ -211,15 +220,23 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
         logger.metrics({"dev_bleu": 3.0}, step=3)
         logger.tag("best_epoch", "3")  # sent after the "2" above, or the store would end up saying 2
         assert time.monotonic() - began < 1.0
-        assert not logger.drain(5) and len(logger.pending) >= 3  # nothing got through
+        resumed = RunLogger(server.uri, resumed_id)  # the restarted worker, while the server is down
+        began = time.monotonic()
+        resumed.missing_metrics(history, "epoch")
+        assert time.monotonic() - began < 1.0
+        assert not logger.drain(2) and len(logger.pending) >= 3  # nothing got through
+        assert not resumed.drain(1)  # down: queued
         server.start()
         logger.metrics({"dev_bleu": 4.0}, step=4)  # queued behind the others
         assert logger.close() == [] and logger.pending == []  # everything, in order
+        assert resumed.close() == []
         client = MlflowClient(server.uri)
         assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [
             (1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
         assert [a.path for a in client.list_artifacts(run_id, "dev_hypotheses")] == ["dev_hypotheses/epoch_002.txt"]
         assert client.get_run(run_id).data.tags["best_epoch"] == "3"  # in order: metric timestamps cannot show it
+        logged = [(m.step, m.value) for m in client.get_metric_history(resumed_id, "dev_bleu")]
+        assert sorted(logged) == [(1, 10.0), (2, 20.0), (3, 30.0)]  # epoch 1 once: chosen when sent
         # a CLI's own logger (keep_going=False) fails instead of buffering
         server.stop()
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail fast here; MLflow retries by default
@@ -280,7 +297,26 @@ def test_resuming_on_data_with_other_subword_models_is_refused(trained_directory
         fit(longer, Dataset.open(other), Context(), LocalHooks(trained_directory), log=lambda line: None)
 
 
-def test_a_checkpoint_from_another_config_is_refused_with_the_reason(trained_directory, demo_dataset):
+def translate_in_process(capsys, monkeypatch, *args) -> subprocess.CompletedProcess:
+    """``python -m platform.translate ARGS`` (empty stdin) as its ``__main__`` runs it (``run_cli``:
+    exit status, one-line errors), in this process; the CLI as a process of its own refuses the
+    malicious checkpoints below and runs in tests/test_inference.py."""
+    import io
+
+    from platform import translate
+    from platform.errors import run_cli
+
+    argv = [str(arg) for arg in args]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        run_cli(translate.main, argv)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+
+
+def test_a_checkpoint_from_another_config_is_refused_with_the_reason(trained_directory, demo_dataset, capsys,
+                                                                      monkeypatch):
     wider = load_train_config({**config_io.to_dict(tiny(d_model=64)), "max_epochs": 2})
     with pytest.raises(IncompatibleCheckpoint, match="does not fit this model config .*shape"):
         fit(wider, Dataset.open(demo_dataset), Context(), LocalHooks(trained_directory), log=lambda line: None)
@@ -288,11 +324,11 @@ def test_a_checkpoint_from_another_config_is_refused_with_the_reason(trained_dir
     state["model"].pop(next(iter(state["model"])))
     broken = trained_directory / "broken.pt"
     torch.save(state, broken)
-    result = run_module("platform.translate", "--checkpoint", broken)
+    result = translate_in_process(capsys, monkeypatch, "--checkpoint", broken)
     assert one_line_error(result).startswith(f"error: {broken}: the checkpoint does not fit this model config (missing")
     garbage = trained_directory / "garbage.pt"
     garbage.write_bytes(b"\x00not a checkpoint" * 100)
-    assert one_line_error(run_module("platform.translate", "--checkpoint", garbage)).startswith(
+    assert one_line_error(translate_in_process(capsys, monkeypatch, "--checkpoint", garbage)).startswith(
         f"error: {garbage}: not a checkpoint this code can load")
 
 

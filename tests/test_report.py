@@ -4,7 +4,6 @@ and the significance tests (bootstrap and approximate randomisation, BLEU and ch
 other model's best run against the best baseline, in one call."""
 
 
-from helpers import run_module
 from mlflow.tracking import MlflowClient
 
 from platform import report
@@ -46,11 +45,12 @@ def test_every_model_is_tested_against_the_best_finished_baseline(demo_dataset, 
     failed = runs.start_run(uri, "report", "crashed", {"model": "dbsa"}, {"model": "dbsa"}, "")
     MlflowClient(uri).log_metric(failed, "dev_bleu", 99.0, step=1)  # the best dev BLEU of all, then it failed
     runs.end_run(uri, failed, error="worker died")
+    from platform import evaluate  # its main in this process: the CLI as a process is tests/test_inference.py's
+
     for run_id in [*baselines, syntax, relative]:
-        evaluated = run_module("platform.evaluate", "--run", run_id, "--tracking-uri", uri, "--test",
-                               demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--beam", "1",
-                               "--out", tmp_path / "eval" / run_id / "test")
-        assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+        assert evaluate.main(["--run", run_id, "--tracking-uri", uri, "--test", str(demo_dataset / "conllu" / "test"),
+                              "--src", "sov", "--tgt", "svo", "--beam", "1",
+                              "--out", str(tmp_path / "eval" / run_id / "test")]) == 0
     assert report.main(["--experiment", "report", "--out", str(tmp_path / "out"), "--tracking-uri", uri]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
     client = MlflowClient(uri)

@@ -4,6 +4,7 @@ real UD files with multiword tokens and empty nodes are accepted."""
 import gzip
 import json
 import re
+import subprocess
 
 import pytest
 from helpers import run_module
@@ -45,6 +46,21 @@ def prepare_args(prefix, out):
     return ["--train", prefix, "--dev", prefix, "--src", "xx", "--tgt", "yy", "--out", out, "--vocab-size", "20"]
 
 
+def prepare(capsys, *args) -> subprocess.CompletedProcess:
+    """``python -m platform.prepare ARGS`` as its ``__main__`` runs it (``run_cli``: exit status,
+    one-line errors), in this process: no interpreter start per case.  The CLI as a process of its
+    own: test_missing_file_and_unknown_flag_fail_cleanly."""
+    from platform import prepare as cli
+    from platform.errors import run_cli
+
+    argv = [str(arg) for arg in args]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        run_cli(cli.main, argv)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+
+
 def assert_clean_failure(result, out, expected):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
@@ -55,40 +71,40 @@ def assert_clean_failure(result, out, expected):
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SOURCES))
-def test_bad_source_side_fails_cleanly(tmp_path, case):
+def test_bad_source_side_fails_cleanly(tmp_path, capsys, case):
     source, line, message = BAD_SOURCES[case]
     target = GOOD * (source.count("\n\n"))
     prefix = write_pair(tmp_path, source, target)
     out = tmp_path / "out"
-    result = run_module("platform.prepare", *prepare_args(prefix, out))
+    result = prepare(capsys, *prepare_args(prefix, out))
     where = f"{prefix}.xx.conllu:{line}: " if line else f"{prefix}.xx.conllu: "
     assert_clean_failure(result, out, where + message)
 
 
 @pytest.mark.parametrize("case,side,split", [("cycle", "yy", "train"), ("head out of range", "xx", "dev"),
                                              ("several roots", "yy", "test"), ("wrong column count", "yy", "dev")])
-def test_bad_input_on_the_target_side_and_in_dev_or_test_fails_cleanly(tmp_path, case, side, split):
+def test_bad_input_on_the_target_side_and_in_dev_or_test_fails_cleanly(tmp_path, capsys, case, side, split):
     bad, line, message = BAD_SOURCES[case]
     good = GOOD * bad.count("\n\n")
     prefixes = {name: write_pair(tmp_path, GOOD * 2, GOOD * 2, name=name) for name in ("train", "dev", "test")}
     prefixes[split] = write_pair(tmp_path, bad if side == "xx" else good, bad if side == "yy" else good, name=split)
     out = tmp_path / "out"
-    result = run_module("platform.prepare", "--train", prefixes["train"], "--dev", prefixes["dev"], "--test",
+    result = prepare(capsys, "--train", prefixes["train"], "--dev", prefixes["dev"], "--test",
                         prefixes["test"], "--src", "xx", "--tgt", "yy", "--out", out, "--vocab-size", "20")
     assert_clean_failure(result, out, f"{prefixes[split]}.{side}.conllu:{line}: {message}")
 
 
-def test_invalid_utf8_names_the_line(tmp_path):
+def test_invalid_utf8_names_the_line(tmp_path, capsys):
     prefix = write_pair(tmp_path, GOOD.encode() + b"1\t\xff\xfe\tx\tX\t_\t_\t0\troot\t_\t_\n\n", GOOD * 2)
     out = tmp_path / "out"
-    result = run_module("platform.prepare", *prepare_args(prefix, out))
+    result = prepare(capsys, *prepare_args(prefix, out))
     assert_clean_failure(result, out, f"{prefix}.xx.conllu:6: invalid UTF-8")
 
 
-def test_mismatched_sentence_counts(tmp_path):
+def test_mismatched_sentence_counts(tmp_path, capsys):
     prefix = write_pair(tmp_path, GOOD * 3, GOOD * 2)
     out = tmp_path / "out"
-    result = run_module("platform.prepare", *prepare_args(prefix, out))
+    result = prepare(capsys, *prepare_args(prefix, out))
     assert_clean_failure(result, out, f"{prefix}.xx.conllu:11: sentence counts differ: "
                                       f"{prefix}.xx.conllu has 3, {prefix}.yy.conllu has 2")
 
@@ -110,27 +126,27 @@ def test_fix_roots_reattaches_extra_roots_to_the_first(tmp_path):
     assert sentence.heads == (-1, 0, 1) and sentence.roots_fixed == 1
 
 
-def test_fix_roots_through_the_cli_counts_what_it_fixed(tmp_path):
+def test_fix_roots_through_the_cli_counts_what_it_fixed(tmp_path, capsys):
     two_roots = row(1, 0) + row(2, 0) + row(3, 2) + "\n"
     prefix = write_pair(tmp_path, GOOD + two_roots, two_roots + GOOD)
     out = tmp_path / "out"
-    result = run_module("platform.prepare", *prepare_args(prefix, out))
+    result = prepare(capsys, *prepare_args(prefix, out))
     assert_clean_failure(result, out, f"{prefix}.xx.conllu:7: 2 roots")
-    result = run_module("platform.prepare", *prepare_args(prefix, out), "--fix-roots")
+    result = prepare(capsys, *prepare_args(prefix, out), "--fix-roots")
     assert result.returncode == 0, result.stderr
     splits = json.loads((out / "meta.json").read_text())["splits"]
     assert splits["train"]["roots_fixed"] == 2 and splits["train"]["pairs_written"] == 2  # one per side
 
 
-def test_existing_output_is_never_replaced_without_overwrite(tmp_path):
+def test_existing_output_is_never_replaced_without_overwrite(tmp_path, capsys):
     prefix = write_pair(tmp_path, GOOD * 2, GOOD * 2)
     out = tmp_path / "out"
     out.mkdir()
     (out / "precious.txt").write_text("keep me")
-    result = run_module("platform.prepare", *prepare_args(prefix, out))
+    result = prepare(capsys, *prepare_args(prefix, out))
     assert result.returncode == 2 and "already exists; pass --overwrite" in result.stderr
     assert (out / "precious.txt").read_text() == "keep me"
-    result = run_module("platform.prepare", *prepare_args(prefix, out), "--overwrite")
+    result = prepare(capsys, *prepare_args(prefix, out), "--overwrite")
     assert result.returncode == 0, result.stderr
     assert (out / "train.parquet").exists() and not (out / "precious.txt").exists()
 

@@ -2,11 +2,12 @@
 
 import hashlib
 import json
+import subprocess
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_full_binary_tree, run_module
+from helpers import assert_full_binary_tree
 
 from platform.data import dataset as ds
 from platform.data.conllu import read_conllu
@@ -36,6 +37,20 @@ def test_columns_and_meta(tanaka_dataset, tanaka):
     assert meta["command"].split()[1:3] == ["-m", "platform.prepare"]
     assert (tanaka_dataset / "config.yaml").read_text().startswith("src_lang: ja\n")
     assert not list(tanaka_dataset.parent.glob(".*"))  # no temporary directory left behind
+
+
+def prepare(capsys, *args) -> subprocess.CompletedProcess:
+    """``python -m platform.prepare ARGS`` as its ``__main__`` runs it (``run_cli``: exit status,
+    one-line errors), in this process; the session's ``tanaka_dataset`` is the CLI as a process."""
+    from platform import prepare as cli
+    from platform.errors import run_cli
+
+    argv = [str(arg) for arg in args]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        run_cli(cli.main, argv)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
 
 
 def check_side(row, side, word_heads, model, words, parents=None):
@@ -83,22 +98,22 @@ def test_every_row_is_a_valid_subword_tree(tanaka_dataset, tanaka, split):
         assert row["src_text"] == src.text and row["tgt_text"] == tgt.text
 
 
-def test_new_data_is_encoded_with_an_existing_datasets_subwords(tanaka_dataset, tanaka, tmp_path):
+def test_new_data_is_encoded_with_an_existing_datasets_subwords(tanaka_dataset, tanaka, tmp_path, capsys):
     out = tmp_path / "test-only"
-    result = run_module("platform.prepare", "--subwords-from", tanaka_dataset, "--test", tanaka / "test",
+    result = prepare(capsys, "--subwords-from", tanaka_dataset, "--test", tanaka / "test",
                         "--src", "ja", "--tgt", "en", "--out", out)
     assert result.returncode == 0, result.stderr
     assert pq.read_table(out / "test.parquet").equals(pq.read_table(tanaka_dataset / "test.parquet"))
     assert (out / "src.model").read_bytes() == (tanaka_dataset / "src.model").read_bytes()
     assert not (out / "train.parquet").exists()
-    wrong = run_module("platform.prepare", "--subwords-from", tanaka_dataset, "--test", tanaka / "test",
+    wrong = prepare(capsys, "--subwords-from", tanaka_dataset, "--test", tanaka / "test",
                        "--src", "en", "--tgt", "ja", "--out", tmp_path / "x")
     assert wrong.returncode == 2 and "is ja->en, not en->ja" in wrong.stderr
 
 
-def test_max_len_drops_long_training_pairs_and_counts_them(tanaka, tmp_path):
+def test_max_len_drops_long_training_pairs_and_counts_them(tanaka, tmp_path, capsys):
     out = tmp_path / "short"
-    result = run_module("platform.prepare", "--train", tanaka / "dev", "--dev", tanaka / "test", "--src", "ja",
+    result = prepare(capsys, "--train", tanaka / "dev", "--dev", tanaka / "test", "--src", "ja",
                         "--tgt", "en", "--out", out, "--max-len", "10", "--vocab-size", "1000")
     assert result.returncode == 0, result.stderr
     meta = json.loads((out / "meta.json").read_text())
@@ -112,8 +127,8 @@ def test_max_len_drops_long_training_pairs_and_counts_them(tanaka, tmp_path):
     assert meta["splits"]["dev"]["over_max_len_kept"] > 0
 
 
-def test_too_small_vocabulary_is_a_clear_error(tanaka, tmp_path):
-    result = run_module("platform.prepare", "--train", tanaka / "dev", "--dev", tanaka / "test", "--src", "ja",
+def test_too_small_vocabulary_is_a_clear_error(tanaka, tmp_path, capsys):
+    result = prepare(capsys, "--train", tanaka / "dev", "--dev", tanaka / "test", "--src", "ja",
                         "--tgt", "en", "--out", tmp_path / "tiny", "--vocab-size", "100")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error: subword training failed: Vocabulary size is smaller than required_chars" in result.stderr

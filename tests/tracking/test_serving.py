@@ -12,7 +12,7 @@ import sys
 import urllib.request
 
 import pytest
-from helpers import ROOT, free_port, tiny_config, wait_for
+from helpers import free_port, tiny_config, wait_for
 
 from platform.data.dataset import PreparedDataset
 from platform.training.config import load_train_config
@@ -35,14 +35,25 @@ def trained(demo_dataset, tmp_path_factory):
     return directory, sources
 
 
-def translate_cli(checkpoint, lines: str, *extra: str) -> list[str]:
-    result = subprocess.run([sys.executable, "-m", "platform.translate", "--checkpoint", str(checkpoint), *extra],
-                            input=lines, capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout.splitlines()
+@pytest.fixture
+def translate_cli(monkeypatch, capsys):
+    """``translate_cli(checkpoint, lines, *extra)``: what ``python -m platform.translate
+    --checkpoint CHECKPOINT EXTRA`` writes for ``lines`` on stdin, from its ``main`` in this
+    process (the CLI as a process of its own: tests/test_inference.py)."""
+    import io
+
+    from platform import translate
+
+    def translated(checkpoint, lines: str, *extra: str) -> list[str]:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode("utf-8")), encoding="utf-8"))
+        capsys.readouterr()
+        assert translate.main(["--checkpoint", str(checkpoint), *extra]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    return translated
 
 
-def test_the_pyfunc_model_translates_as_platform_translate_does(trained, tmp_path, monkeypatch):
+def test_the_pyfunc_model_translates_as_platform_translate_does(trained, tmp_path, monkeypatch, translate_cli):
     import mlflow
     import mlflow.pyfunc
 
@@ -71,7 +82,7 @@ def test_the_pyfunc_model_translates_as_platform_translate_does(trained, tmp_pat
     assert loaded.predict(sources[:2]) == translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources[:2]))
 
 
-def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, tmp_path):
+def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, tmp_path, translate_cli):
     import mlflow.pyfunc
 
     from platform.errors import UserError
@@ -92,7 +103,7 @@ def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, 
 
 
 @pytest.mark.slow
-def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(trained, tmp_path):
+def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(trained, tmp_path, translate_cli):
     directory, sources = trained
     port = free_port()
     outside = tmp_path / "elsewhere"  # not the repository root: ``platform`` is the stdlib's there

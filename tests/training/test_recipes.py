@@ -86,15 +86,16 @@ def test_every_recipe_value_carries_the_papers_words_or_not_stated(name):
         assert quote.startswith(("\"", recipes.NOT_STATED)) or "\"" in quote or quote == recipe.source, (key, quote)
 
 
-def _printed(*args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "platform.train", *args, "--print-config"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def test_a_recipe_is_its_papers_training_and_decoding_as_printed():
+def test_a_recipe_is_its_papers_training_and_decoding_as_printed(capsys):
+    """What ``platform.train --print-config`` prints, from its ``main`` in this process (the CLI as
+    a process of its own: test_train_cli_runs_a_recipe_without_a_model_flag)."""
     from platform import config as config_io
+    from platform import train
+
+    def _printed(*args: str) -> str:
+        capsys.readouterr()
+        assert train.main([*args, "--print-config"]) == 0
+        return capsys.readouterr().out
 
     yang = config_io.yaml_load(_printed("--recipe", "yang2017/gated", "--size", "paper"))
     assert yang["optim"]["optimizer"] == "adadelta" and yang["optim"]["schedule"] == "constant"
