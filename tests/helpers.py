@@ -268,3 +268,21 @@ def rungs(scheduler) -> dict[int, set[str]]:
     from ray_private import asha_rungs
 
     return {int(milestone): set(recorded) for milestone, recorded in asha_rungs(scheduler)}
+
+
+def run_in_process(main, args, capsys, monkeypatch=None, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` as its ``__main__`` runs ``main`` (``run_cli``: exit status,
+    one-line errors), in this process (no interpreter start), as a CompletedProcess; ``stdin``
+    (with ``monkeypatch``) is what it reads."""
+    import io
+
+    from platform.errors import run_cli
+
+    argv = [str(arg) for arg in args]
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        run_cli(main, argv)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import run_module, sacrebleu_scores
+from helpers import run_in_process, run_module, sacrebleu_scores
 
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.config import load_train_config
@@ -21,18 +21,9 @@ def cli(monkeypatch, capsys):
     as processes of their own: test_translate_needs_trees_for_tree_models_and_reads_conllu, the first
     evaluate of test_evaluate_checkpoint_on_demo_test_writes_files and the refused --average-last 3."""
     import importlib
-    import io
-
-    from platform.errors import run_cli
 
     def run(module: str, *args, stdin: str = "") -> subprocess.CompletedProcess:
-        argv = [str(arg) for arg in args]
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8"))
-        capsys.readouterr()
-        with pytest.raises(SystemExit) as exited:
-            run_cli(importlib.import_module(module).main, argv)
-        captured = capsys.readouterr()
-        return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+        return run_in_process(importlib.import_module(module).main, args, capsys, monkeypatch, stdin)
 
     return run
 

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT, free_port, run_module, tiny_config
+from helpers import ROOT, free_port, run_in_process, run_module, tiny_config
 from servers import MlflowServer
 
 from platform import config as config_io
@@ -301,18 +301,9 @@ def translate_in_process(capsys, monkeypatch, *args) -> subprocess.CompletedProc
     """``python -m platform.translate ARGS`` (empty stdin) as its ``__main__`` runs it (``run_cli``:
     exit status, one-line errors), in this process; the CLI as a process of its own refuses the
     malicious checkpoints below and runs in tests/test_inference.py."""
-    import io
-
     from platform import translate
-    from platform.errors import run_cli
 
-    argv = [str(arg) for arg in args]
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8"))
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        run_cli(translate.main, argv)
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+    return run_in_process(translate.main, args, capsys, monkeypatch, stdin="")
 
 
 def test_a_checkpoint_from_another_config_is_refused_with_the_reason(trained_directory, demo_dataset, capsys,

@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from helpers import run_module
+from helpers import run_in_process, run_module
 
 from platform.data.conllu import read_conllu
 from platform.errors import InputError
@@ -51,14 +51,8 @@ def prepare(capsys, *args) -> subprocess.CompletedProcess:
     one-line errors), in this process: no interpreter start per case.  The CLI as a process of its
     own: test_missing_file_and_unknown_flag_fail_cleanly."""
     from platform import prepare as cli
-    from platform.errors import run_cli
 
-    argv = [str(arg) for arg in args]
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        run_cli(cli.main, argv)
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+    return run_in_process(cli.main, args, capsys)
 
 
 def assert_clean_failure(result, out, expected):

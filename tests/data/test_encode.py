@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from helpers import assert_full_binary_tree
+from helpers import assert_full_binary_tree, run_in_process
 
 from platform.data import dataset as ds
 from platform.data.conllu import read_conllu
@@ -43,14 +43,8 @@ def prepare(capsys, *args) -> subprocess.CompletedProcess:
     """``python -m platform.prepare ARGS`` as its ``__main__`` runs it (``run_cli``: exit status,
     one-line errors), in this process; the session's ``tanaka_dataset`` is the CLI as a process."""
     from platform import prepare as cli
-    from platform.errors import run_cli
 
-    argv = [str(arg) for arg in args]
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exited:
-        run_cli(cli.main, argv)
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+    return run_in_process(cli.main, args, capsys)
 
 
 def check_side(row, side, word_heads, model, words, parents=None):
