@@ -1,16 +1,26 @@
 """The papers' comparisons on real Japanese–English data, run with the platform itself.
 
-    python benchmarks/study.py --tanaka ../shared/data/tanaka-enja --epochs 2 --seeds 1
-    python benchmarks/study.py --table-only          # rebuild docs/results_table.md from MLflow
+    python benchmarks/study.py                       # the study: 3 rows x 3 seeds at the cpu size
+    python benchmarks/study.py --table-only          # rebuild the tables in docs/results.md from MLflow
 
-Every row is a paper recipe (``platform/training/recipes.py``, e.g. ``deguchi2019/enc+dec``: that table
-row's own settings) trained by ``platform.train`` (Ray Train, one worker) at one size with
-the same budget (epochs over the same data, the same token batch and optimiser), evaluated on
-the test set with ``platform.evaluate --run`` (decoding as the recipe says), all in the MLflow experiment
+Every row is a paper recipe (``platform/training/recipes.py``, e.g. ``deguchi2019/enc+dec``: that
+table row's own settings) trained by the platform's driver (Ray Train, one worker, as
+``platform.train`` runs it) at one size and one budget in updates (the same batches and
+learning-rate schedule for every row), its best checkpoint decoded on the test set with its
+recipe's decoding as ``platform.evaluate --run`` does, all in the MLflow experiment
 ``tanaka-study`` (tags ``study_row``, ``seed``).  Finished (row, seed) pairs are skipped, so an
-interrupted study continues where it stopped.  The table (test BLEU ± std over seeds,
-tokenized BLEU, chrF, UAS of the DBSA heads, parameters, training tokens/s and the paired
-bootstrap p-value of each row against its paper's baseline) goes to ``--out``.
+interrupted study continues where it stopped.
+
+The tables (written between the ``STUDY_BEGIN``/``STUDY_END`` markers of ``--out``, nothing else
+of that file touched): per row, test BLEU and chrF mean ± std over the seeds, the paired tests
+against the paper's baseline on the seeds' outputs concatenated (seed s against the baseline's
+seed s; ``platform.tracking.significance``, as a sweep's confirmation stage tests), the weights of
+the last validations averaged, the DBSA heads' UAS, parameters, training tokens/s and the wall
+time per run; then dev BLEU by update (mean over seeds) and the same curves as a figure.
+
+A sweep (``platform.tune --space papers`` with a grid over the recipes and ``--confirm``) would
+give the same tests, but it trains every row once more in its search stage before the confirmation
+retrains it: 12 runs for the 9 that the table uses.  Here each run is one the table reads.
 """
 
 from __future__ import annotations
@@ -22,36 +32,45 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
 
-# every row is a paper recipe (platform/training/recipes.py: the row's own settings); paper → (baseline, rows).
+# every row is a paper recipe (platform/training/recipes.py: the row's own settings); baseline → (title, rows).
 # Deguchi's and Omote's Transformer baselines are the same config, so it runs once for both.
 TABLES: dict[str, tuple[str, list[str]]] = {
-    "Deguchi et al. 2019, Table 2 (dependency-based self-attention)":
-        ("deguchi2019/baseline", ["deguchi2019/baseline", "deguchi2019/enc", "deguchi2019/dec",
-                                  "deguchi2019/enc+dec"]),
-    "Omote et al. 2019, Table 2 (dependency-based relative positions)":
-        ("deguchi2019/baseline", ["deguchi2019/baseline", "omote2019/rel", "omote2019/dep", "omote2019/dep+rel"]),
-    "Yang et al. 2017, Tables 3-4 (bidirectional hierarchical tree-GRU)":
-        ("yang2017/seq2seq", ["yang2017/seq2seq", "yang2017/tree2seq", "yang2017/beta0", "yang2017/beta05",
-                              "yang2017/gated"]),
-    "Currey & Heafield 2018, Table 2 (unsupervised Gumbel tree-LSTM)":
-        ("currey2018/seq2seq", ["currey2018/seq2seq", "currey2018/bottom-up", "currey2018/top-down"]),
+    "deguchi2019/baseline": ("Deguchi et al. 2019, Table 2 (dependency-based self-attention)",
+                             ["deguchi2019/baseline", "deguchi2019/enc", "deguchi2019/dec", "deguchi2019/enc+dec"]),
+    "omote2019/baseline": ("Omote et al. 2019, Table 2 (dependency-based relative positions)",
+                           ["omote2019/baseline", "omote2019/rel", "omote2019/dep", "omote2019/dep+rel"]),
+    "yang2017/seq2seq": ("Yang et al. 2017, Tables 3-4 (bidirectional hierarchical tree-GRU)",
+                         ["yang2017/seq2seq", "yang2017/tree2seq", "yang2017/beta0", "yang2017/beta05",
+                          "yang2017/gated"]),
+    "currey2018/seq2seq": ("Currey & Heafield 2018, Table 2 (unsupervised Gumbel tree-LSTM)",
+                           ["currey2018/seq2seq", "currey2018/bottom-up", "currey2018/top-down"]),
 }
+# rows that are another row's runs decoded as their own recipe decodes, because the two train
+# identically: Omote's Transformer baseline is Deguchi's, decoded greedily as Omote decode (§5.1),
+# so each Omote row is tested against a baseline decoded the same way
+DECODED_AS = {"omote2019/baseline": "deguchi2019/baseline"}
+ROWS: list[str] = [row for _, rows in TABLES.values() for row in rows]
+TRAINED_ROWS = [row for row in ROWS if row not in DECODED_AS]
+STUDY_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/dep+rel"]
 # Vaswani et al. 2017 (§6.1) evaluate the Transformer on the average of its last 5 checkpoints;
 # the Transformer-based rows (Deguchi's and Omote's, built on that recipe) are also scored so
-# (``test_avgN_*``, N = min(5, epochs), shown beside the best checkpoint's score).  The RNN papers
-# (Yang, Currey & Heafield) evaluate single checkpoints.  Our checkpoints are per epoch.
+# (``test_avgN_*``, N = min(5, validations)).  The RNN papers evaluate single checkpoints.
 AVERAGED_PAPERS = ("deguchi2019", "omote2019")
 AVERAGE_LAST = 5
-ROWS: list[str] = list(dict.fromkeys(row for _, rows in TABLES.values() for row in rows))
-# the shared budget: one size ("sweep": 2+2 layers d 128 / RNN 128), the same batches and epochs;
-# each row trains and decodes as its recipe says (optimiser, schedule, clipping, beam)
-BUDGET = {"max_steps_per_epoch": None, "patience": None, "batching.max_tokens": 3000, "eval.max_sentences": 200}
+# the shared budget: one size, the same token batches, a validation (dev BLEU on all 500 dev
+# sentences, a checkpoint) every EPOCH_UPDATES updates, MAX_UPDATES in all; each row's own
+# optimiser, clipping, label smoothing and decoding from its recipe
+MAX_UPDATES = 2000
+EPOCH_UPDATES = 250
+BUDGET = {"patience": None, "eval.max_sentences": None, "keep_last_epochs": AVERAGE_LAST}
+BEGIN, END = "<!-- STUDY_BEGIN: written by benchmarks/study.py -->", "<!-- STUDY_END -->"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,16 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the tanaka-enja directory (CoNLL-U pairs)")
     parser.add_argument("--dataset", default=str(ROOT / "data" / "tanaka-ja-en"),
                         help="prepared dataset (made if missing)")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--seeds", type=int, default=1, help="seeds per row (1, 2, ...)")
-    parser.add_argument("--rows", nargs="*", default=ROWS, help="rows (recipe names) to run (default all)")
+    parser.add_argument("--size", choices=("cpu", "paper"), default="cpu", help="model size (default cpu)")
+    parser.add_argument("--max-updates", type=int, default=MAX_UPDATES, help="the budget of every row, in updates")
+    parser.add_argument("--epoch-updates", type=int, default=EPOCH_UPDATES,
+                        help="updates between validations (dev BLEU, a checkpoint): the study's epochs")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per row (1, 2, ...)")
+    parser.add_argument("--rows", nargs="*", default=STUDY_ROWS,
+                        help=f"rows (recipe names) to run (default {' '.join(STUDY_ROWS)})")
     parser.add_argument("--experiment", default="tanaka-study")
-    parser.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'mlflow.db'}")
-    parser.add_argument("--storage-path", default=str(ROOT / "runs"))
-    parser.add_argument("--out", default=str(ROOT / "docs" / "results_table.md"))
+    parser.add_argument("--tracking-uri", default=f"sqlite:///{ROOT / 'study' / 'mlflow.db'}")
+    parser.add_argument("--storage-path", default=str(ROOT / "study" / "runs"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "results.md"),
+                        help="the markdown file whose generated section gets the tables (made if missing)")
+    parser.add_argument("--figure", default=str(ROOT / "docs" / "img" / "study_dev_bleu.png"),
+                        help="the dev curves' figure")
     parser.add_argument("--gpus-per-worker", type=float, default=0.0, help="1 to train each row on a GPU")
-    parser.add_argument("--max-steps", type=int, help="cap the steps of an epoch (quick checks only)")
-    parser.add_argument("--table-only", action="store_true", help="only rebuild the table from MLflow")
+    parser.add_argument("--table-only", action="store_true", help="only rebuild the tables from MLflow")
     return parser
 
 
@@ -98,139 +123,290 @@ def finished_runs(client, experiment: str) -> list:
     return client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=5000)
 
 
-def run_row(row: str, seed: int, args, dataset: str) -> None:
-    from platform.data.dataset import DatasetRef
-    from platform.inference import Trained, write_outputs
-    from platform.launch.driver import Job, run
-    from platform.tracking.run_files import log_test_results
+def row_config(row: str, seed: int, args):
+    """The TrainConfig of one (row, seed): the recipe at ``--size``, the study's budget."""
     from platform.training.config import resolve_config
     from platform.training.recipes import get_recipe
 
-    settings = {**BUDGET, "seed": seed}
-    if args.max_steps:
-        settings["max_steps_per_epoch"] = args.max_steps
-    config = resolve_config(get_recipe(row).model, "sweep", recipe=row, max_epochs=args.epochs,
-                            overrides=[f"{k}={json.dumps(v)}" for k, v in settings.items()])
-    slug = row.replace("/", "-").replace("+", "-")
+    settings = {**BUDGET, "seed": seed, "max_steps_per_epoch": args.epoch_updates}
+    return resolve_config(get_recipe(row).model, args.size, recipe=row, max_updates=args.max_updates,
+                          overrides=[f"{k}={json.dumps(v)}" for k, v in settings.items()])
+
+
+def run_row(row: str, seed: int, args, dataset: str) -> str:
+    """Train one (row, seed); returns the run id."""
+    from platform.data.dataset import DatasetRef
+    from platform.launch.driver import Job, run
+    from platform.tracking.logger import RunLogger
+
     job = Job(dataset=DatasetRef(name=dataset, location=dataset), workers=1, gpus_per_worker=args.gpus_per_worker,
               cpus_per_worker=2.0, experiment=args.experiment, tracking_uri=args.tracking_uri,
-              run_name=f"{slug}-s{seed}-{int(time.time())}", storage_path=args.storage_path, max_failures=1)
+              run_name=f"{slug(row)}-s{seed}-{int(time.time())}", storage_path=args.storage_path, max_failures=1)
     started = time.time()
-    run_id = run(config, job, tags={"study_row": row, "recipe": row, "seed": str(seed)})
-    tanaka = Path(args.tanaka)
-    device = "cuda" if args.gpus_per_worker else "cpu"
-    trained = Trained.load(run_id=run_id, tracking_uri=args.tracking_uri, device=device)
-    result, references = trained.score(str(tanaka / "test"), device=device)  # each recipe's own decoding
+    run_id = run(row_config(row, seed, args), job, tags={"study_row": row, "recipe": row, "seed": str(seed)})
+    RunLogger(args.tracking_uri, run_id, reopen=False).metrics({"study_wall_s": time.time() - started}, step=0)
+    return run_id
+
+
+def slug(row: str) -> str:
+    return row.replace("/", "-").replace("+", "-")
+
+
+def test_kinds(row: str, validations: int) -> dict[str, str | None]:
+    """How a run of ``row`` is scored on test: ``{kind: the recipe whose decoding}`` (kind
+    ``test``: the best checkpoint, the row's own decoding; ``test_avgN``: the last N validations'
+    weights averaged; ``test_as_<row>``: decoded as a row of ``DECODED_AS`` decodes)."""
+    kinds: dict[str, str | None] = {"test": None}
+    window = averaged_window(row, validations)
+    if window:
+        kinds[f"test_avg{window}"] = None
+    kinds.update({f"test_as_{slug(shared)}": shared for shared, source in DECODED_AS.items() if source == row})
+    return kinds
+
+
+def complete(run, args, device: str) -> None:
+    """Score a finished run on test in every way its row needs and it lacks (``test_kinds``), and
+    add that time to its ``study_wall_s``."""
+    from platform.tracking.logger import RunLogger
+
+    validations = int(run.data.params.get("max_updates", args.max_updates)) // args.epoch_updates
+    started = time.time()
+    for kind, decoded_as in test_kinds(run.data.tags["study_row"], validations).items():
+        if f"{kind}_bleu" not in run.data.metrics:
+            score_on_test(run.info.run_id, kind, decoded_as, args, device)
+    spent = time.time() - started
+    if spent > 1:
+        wall = run.data.metrics.get("study_wall_s", 0.0) + spent
+        RunLogger(args.tracking_uri, run.info.run_id, reopen=False).metrics({"study_wall_s": wall}, step=0)
+    sys.stderr.write(f"[study] {run.data.tags['study_row']} seed {run.data.tags['seed']}: run {run.info.run_id} "
+                     f"scored ({spent:.0f} s)\n")
+
+
+def score_on_test(run_id: str, kind: str, decoded_as: str | None, args, device: str) -> None:
+    """Decode the test set with the run's best (or, for ``test_avgN``, last N averaged) weights,
+    as its recipe (or ``decoded_as``'s) decodes, and log the scores and files onto the run under
+    ``kind``, as ``platform.evaluate --run`` does."""
+    from platform.inference import Trained, write_outputs
+    from platform.tracking.run_files import log_test_results
+    from platform.training.recipes import get_recipe
+
+    average = int(kind[len("test_avg"):]) if kind.startswith("test_avg") else None
+    trained = Trained.load(run_id=run_id, tracking_uri=args.tracking_uri, device=device, average_last=average)
+    decode = get_recipe(decoded_as).training if decoded_as else {}
+    result, references = trained.score(str(Path(args.tanaka) / "test"), beam=decode.get("decode.beam"),
+                                       alpha=decode.get("decode.alpha"), device=device, metric_prefix=kind)
     with tempfile.TemporaryDirectory() as scratch:
-        files = write_outputs(Path(scratch) / "test", result.hypotheses, references, trained.tgt_lang)
-        log_test_results(args.tracking_uri, run_id, result, files, "test")
-    window = averaged_window(row, args.epochs)
-    if window:  # the paper's own evaluation: the last epochs' weights averaged
-        kind = f"test_avg{window}"
-        averaged = Trained.load(run_id=run_id, tracking_uri=args.tracking_uri, device=device, average_last=window)
-        result, references = averaged.score(str(tanaka / "test"), device=device, metric_prefix=kind)
-        with tempfile.TemporaryDirectory() as scratch:
-            files = write_outputs(Path(scratch) / kind, result.hypotheses, references, averaged.tgt_lang)
-            log_test_results(args.tracking_uri, run_id, result, files, "test", kind=kind)
-    sys.stderr.write(f"[study] {row} seed {seed}: run {run_id} in {time.time() - started:.0f} s\n")
+        files = write_outputs(Path(scratch) / kind, result.hypotheses, references, trained.tgt_lang)
+        log_test_results(args.tracking_uri, run_id, result, files, "test", kind=kind)
 
 
-def averaged_window(row: str, epochs: int) -> int | None:
-    """How many epochs' weights a row's test score averages (None: the best checkpoint only)."""
-    if row.split("/")[0] not in AVERAGED_PAPERS or epochs < 2:
+def averaged_window(row: str, validations: int) -> int | None:
+    """How many validations' weights a row's test score averages (None: the best checkpoint only)."""
+    if row.split("/")[0] not in AVERAGED_PAPERS or validations < 2:
         return None
-    return min(AVERAGE_LAST, epochs)
+    return min(AVERAGE_LAST, validations)
 
 
-def hypotheses(client, run_id: str, directory: Path) -> dict[str, list[str]]:
-    tests = [a.path for a in client.list_artifacts(run_id, "test")]
-    local = Path(client.download_artifacts(run_id, tests[0], str(directory / run_id)))
+@dataclass(frozen=True)
+class Scored:
+    """One seed of a row in the tables: a study run and the test kind that holds the row's scores."""
+
+    run: Any
+    kind: str = "test"
+
+    def metric(self, key: str) -> float | None:
+        """``key`` of this row (``test_bleu`` read from the kind's ``<kind>_bleu``)."""
+        if key.startswith("test_"):
+            key = f"{self.kind}_{key[len('test_'):]}"
+        return self.run.data.metrics.get(key)
+
+
+def latest_per_seed(runs: list) -> dict[str, dict[str, Any]]:
+    """``{row: {seed: run}}``, the latest finished run of each trained (row, seed)."""
+    by_row: dict[str, dict[str, Any]] = {}
+    for run in sorted(runs, key=lambda r: r.info.start_time):
+        if run.data.tags.get("study_row") in TRAINED_ROWS:
+            by_row.setdefault(run.data.tags["study_row"], {})[run.data.tags["seed"]] = run
+    return by_row
+
+
+def scored_rows(by_row: dict[str, dict[str, Any]]) -> dict[str, dict[str, Scored]]:
+    """``{row: {seed: Scored}}`` for every table row with test scores: the trained rows' own,
+    and the ``DECODED_AS`` rows' from their source rows' runs."""
+    scored = {row: {seed: Scored(run) for seed, run in seeds.items() if "test_bleu" in run.data.metrics}
+              for row, seeds in by_row.items()}
+    for row, source in DECODED_AS.items():
+        kind = f"test_as_{slug(row)}"
+        scored[row] = {seed: Scored(run, kind) for seed, run in by_row.get(source, {}).items()
+                       if f"{kind}_bleu" in run.data.metrics}
+    return {row: seeds for row, seeds in scored.items() if seeds}
+
+
+def test_outputs(client, scored: Scored, directory: Path) -> dict[str, list[str]]:
+    """The run's test files of the row's kind (``hyp``, ``ref``, ...) as lines."""
+    local = Path(client.download_artifacts(scored.run.info.run_id, f"{scored.kind}/test",
+                                           str(directory / scored.run.info.run_id)))
     return {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
 
 
-def p_value(client, run_id: str, baseline_id: str, directory: Path) -> float | None:
-    """Paired bootstrap (sacrebleu, 1000 resamples) of a run against the baseline run of the same seed."""
-    from sacrebleu.metrics import BLEU
-    from sacrebleu.significance import PairedTest
+def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], scratch: Path) -> str:
+    """One paper's rows that ran: scores over seeds and the paired tests against ``baseline`` on
+    the seeds both ran, their outputs concatenated in seed order."""
+    from platform.tracking.significance import logged_tokenizer, methods, significance_table
+    from platform.tracking.tables import format_table, mean_std
 
-    if run_id == baseline_id:
-        return None
-    mine, base = hypotheses(client, run_id, directory), hypotheses(client, baseline_id, directory)
-    test = PairedTest([("baseline", base["hyp"]), ("system", mine["hyp"])], metrics={"BLEU": BLEU()},
-                      references=[base["ref"]], test_type="bs", n_samples=1000)
-    _, scores = test()
-    return float(scores["BLEU"][1].p_value)
+    ran = [row for row in rows if by_row.get(row)]
+    if baseline not in ran:
+        return f"The baseline {baseline} has not run: no table.\n"
+    ran.remove(baseline)
+    ran.insert(0, baseline)
+    cells, hypotheses, references = [], [], []
+    for row in ran:
+        seeds = sorted(set(by_row[row]) & set(by_row[baseline]), key=int)
+        entries = [by_row[row][seed] for seed in seeds]
+        outputs = [test_outputs(client, entry, scratch) for entry in entries]
+        hypotheses.append([line for out in outputs for line in out["hyp"]])
+        references.append([line for out in outputs for line in out["ref"]])
+
+        def metric(key: str, entries: list[Scored] = entries) -> list[float]:
+            return [value for entry in entries if (value := entry.metric(key)) is not None]
+
+        averaged = next((key for entry in entries if entry.kind == "test" for key in sorted(entry.run.data.metrics)
+                         if key.startswith("test_avg") and key.endswith("_bleu")), None)
+        uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k))
+        source = f" (the {DECODED_AS[row]} runs)" if row in DECODED_AS else ""
+        cells.append({"row": row + source, "seeds": len(entries), "decoding": decoding(row),
+                      "test BLEU": mean_std(metric("test_bleu")), "test chrF": mean_std(metric("test_chrf")),
+                      "BLEU, last validations averaged": (f"{mean_std(metric(averaged))} (last "
+                                                          f"{averaged.split('_')[1][3:]})" if averaged else "–"),
+                      "UAS enc / dec": uas or "–", "params": f"{int(metric('num_parameters')[0]):,}",
+                      "train tok/s": f"{statistics.fmean(metric('tokens_per_s')):,.0f}",
+                      "min per run": f"{statistics.fmean(metric('study_wall_s')) / 60:.1f}"
+                      if metric("study_wall_s") else "–"})
+    if any(len(refs) != len(references[0]) for refs in references):
+        raise SystemExit("the rows ran different seeds than the baseline; run the missing seeds first")
+    tokenizer = logged_tokenizer(client, by_row[baseline][min(by_row[baseline], key=int)].run.info.run_id)
+    table = significance_table(cells, hypotheses, references[0], tokenizer)
+    keep = ("row", "seeds", "decoding", "test BLEU", "test chrF", "BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)",
+            "chrF2 p (ar)", "BLEU, last validations averaged", "UAS enc / dec", "params", "train tok/s",
+            "min per run")
+    shown = [{key: row[key] for key in keep} for row in table]
+    return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over the seeds (sacrebleu, detokenized). "
+            f"p: each row against {baseline} on the seeds' outputs concatenated ({methods(tokenizer)}).\n")
 
 
-def mean_std(values: list[float], scale: float = 1.0) -> str:
-    if not values:
-        return "–"
-    values = [v * scale for v in values]
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+def decoding(row: str) -> str:
+    from platform.training.recipes import get_recipe
+
+    training = get_recipe(row).training
+    beam, alpha = training.get("decode.beam", 1), training.get("decode.alpha", 0.0)
+    return "greedy" if beam == 1 else f"beam {beam}, α {alpha}"
 
 
-def table(args) -> str:
+def dev_curves(client, by_row: dict[str, dict[str, Any]], rows: list[str]) -> dict[str, dict[int, float]]:
+    """``{row: {update: dev BLEU, mean over seeds}}`` from the runs' metric histories."""
+    curves = {}
+    for row in rows:
+        points: dict[int, list[float]] = {}
+        for run in by_row.get(row, {}).values():
+            for point in client.get_metric_history(run.info.run_id, "dev_bleu"):
+                points.setdefault(point.step, []).append(point.value)
+        if points:
+            curves[row] = {step: statistics.fmean(values) for step, values in sorted(points.items())}
+    return curves
+
+
+def curves_table(curves: dict[str, dict[int, float]]) -> str:
+    from platform.tracking.tables import format_table
+
+    steps = sorted({step for curve in curves.values() for step in curve})
+    return format_table([{"row": row, **{str(step): f"{curve[step]:.2f}" if step in curve else "–" for step in steps}}
+                         for row, curve in curves.items()])
+
+
+def plot_curves(curves: dict[str, dict[int, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    for row, curve in curves.items():
+        axes.plot(list(curve), list(curve.values()), marker="o", label=row)
+    axes.set_xlabel("update")
+    axes.set_ylabel("dev BLEU (mean over seeds)")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def tables(args) -> str:
+    """The generated section: every paper table with runs, the dev curves, the budget and the
+    study's wall time."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(args.tracking_uri)
-    runs = [r for r in finished_runs(client, args.experiment) if "test_bleu" in r.data.metrics]
-    by_row: dict[str, dict[str, Any]] = {}
-    for run in sorted(runs, key=lambda r: r.info.start_time):
-        by_row.setdefault(run.data.tags["study_row"], {})[run.data.tags["seed"]] = run  # the latest per seed
-    lines = []
+    by_row = latest_per_seed(finished_runs(client, args.experiment))
+    scored = scored_rows(by_row)
+    if not scored:
+        return "No study run is in the MLflow store yet.\n"
+    sections = []
     with tempfile.TemporaryDirectory() as scratch:
-        for paper, (baseline, rows) in TABLES.items():
-            lines += [f"### {paper}", "",
-                      "| row | seeds | test BLEU | BLEU, last epochs averaged | BLEU (tok) | chrF | "
-                      "UAS enc/dec | params | train tok/s | p vs " + baseline + " |",
-                      "|---|---|---|---|---|---|---|---|---|---|"]
-            for row in rows:
-                seeds = by_row.get(row, {})
-                if not seeds:
-                    lines.append(f"| {row} | 0 | (not run) | | | | | | | |")
-                    continue
+        for baseline, (title, rows) in TABLES.items():
+            if any(scored.get(row) for row in rows):
+                sections.append(f"### {title}\n\n{paper_table(client, baseline, rows, scored, Path(scratch))}")
+    trained = [row for row in TRAINED_ROWS if by_row.get(row)]
+    curves = dev_curves(client, by_row, trained)
+    plot_curves(curves, Path(args.figure))
+    figure = os.path.relpath(args.figure, Path(args.out).parent)
+    runs = [run for seeds in by_row.values() for run in seeds.values()]
+    wall = sum(run.data.metrics.get("study_wall_s", 0.0) for run in runs)
+    budgets = sorted({run.data.params.get("max_updates", "?") for run in runs})
+    sections.append(f"### Dev BLEU by update (mean over seeds)\n\n{curves_table(curves)}\n\n"
+                    f"![dev BLEU by update]({figure})\n")
+    sections.append(f"{len(runs)} runs ({' or '.join(budgets)} updates each); the study's wall time, training "
+                    f"and test decoding: {wall / 60:.0f} min. Rows not run: "
+                    f"{', '.join(r for r in TRAINED_ROWS if r not in trained) or 'none'}.\n")
+    return "\n".join(sections)
 
-                def metric(key: str, seeds: dict[str, Any] = seeds) -> list[float]:
-                    return [r.data.metrics[key] for r in seeds.values() if key in r.data.metrics]
 
-                uas = "/".join(f"{statistics.mean(metric(k)):.3f}"
-                               for k in ("test_uas_enc", "test_uas_dec") if metric(k)) or "–"
-                params = metric("num_parameters")
-                pvalues = [p_value(client, run.info.run_id, by_row[baseline][seed].info.run_id, Path(scratch))
-                           for seed, run in seeds.items() if seed in by_row.get(baseline, {})]
-                pvalues = [p for p in pvalues if p is not None]
-                averaged = next((key for run in seeds.values() for key in sorted(run.data.metrics)
-                                 if key.startswith("test_avg") and key.endswith("_bleu")), None)
-                shown = f"{mean_std(metric(averaged))} ({averaged.split('_')[1][3:]})" if averaged else "–"
-                lines.append(f"| {row} | {len(seeds)} | {mean_std(metric('test_bleu'))} | {shown} | "
-                             f"{mean_std(metric('test_bleu_tok'))} | {mean_std(metric('test_chrf'))} | {uas} | "
-                             f"{int(params[0]):,} | {statistics.mean(metric('tokens_per_s')):,.0f} | "
-                             f"{', '.join(f'{p:.3f}' for p in pvalues) if pvalues else '–'} |")
-            lines.append("")
-    return "\n".join(lines)
+def write_section(path: Path, text: str) -> None:
+    """Replace what stands between the markers of ``path`` (appended where it has none)."""
+    block = f"{BEGIN}\n\n{text}\n{END}"
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    if BEGIN in old and END in old:
+        new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
+    else:
+        new = f"{old.rstrip()}\n\n{block}\n" if old else f"{block}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(new, encoding="utf-8")
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    unknown = [row for row in args.rows if row not in ROWS]
+    unknown = [row for row in args.rows if row not in TRAINED_ROWS]
     if unknown:
-        raise SystemExit(f"unknown rows {unknown}; rows: {list(ROWS)}")
+        raise SystemExit(f"unknown rows {unknown}; rows: {TRAINED_ROWS} (a row of {list(DECODED_AS)} is "
+                         "scored from its source row's runs)")
     if not args.table_only:
         from mlflow.tracking import MlflowClient
 
+        client = MlflowClient(args.tracking_uri)
+        device = "cuda" if args.gpus_per_worker else "cpu"
         dataset = prepare(args)
-        done = {(r.data.tags.get("study_row"), r.data.tags.get("seed"))
-                for r in finished_runs(MlflowClient(args.tracking_uri), args.experiment)
-                if "test_bleu" in r.data.metrics}
-        for seed in range(1, args.seeds + 1):
+        started = time.time()
+        for seed in range(1, args.seeds + 1):  # seed by seed: an interrupted study has whole seeds
             for row in args.rows:
-                if (row, str(seed)) not in done:
-                    run_row(row, seed, args, dataset)
-    text = table(args)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text + "\n", encoding="utf-8")
+                run = latest_per_seed(finished_runs(client, args.experiment)).get(row, {}).get(str(seed))
+                if run is None:
+                    run = client.get_run(run_row(row, seed, args, dataset))
+                complete(run, args, device)
+        sys.stderr.write(f"[study] this invocation: {time.time() - started:.0f} s\n")
+    text = tables(args)
+    write_section(Path(args.out), text)
     print(text)
     return 0
 

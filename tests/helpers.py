@@ -223,6 +223,7 @@ def benchmark_module(name: str):
 
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where its dataclasses look themselves up
     spec.loader.exec_module(module)
     return module
 

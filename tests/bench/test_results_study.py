@@ -1,8 +1,11 @@
-"""benchmarks/study.py's data and evaluation choices: its dataset goes through the dataset I/O
-layer (a URI is prepared and published, never a local directory named after it), and the
-Transformer rows are also scored on averaged weights, as Vaswani et al. evaluate."""
+"""benchmarks/study.py's data, budget and tables: its dataset goes through the dataset I/O layer
+(a URI is prepared and published, never a local directory named after it), every row gets the
+same budget in updates with its own recipe, the Transformer rows are also scored on averaged
+weights, as Vaswani et al. evaluate, and the table tests each row against the baseline on the
+seeds' outputs concatenated, from what a real MLflow store holds."""
 
 import os
+import time
 
 import pytest
 from helpers import benchmark_module
@@ -46,8 +49,110 @@ def test_the_study_prepares_tanaka_straight_to_s3_once(study, tanaka, s3_env, tm
     assert marker.fs.get_file_info(marker.path).mtime == written
 
 
-def test_transformer_rows_are_also_scored_on_their_last_epochs_averaged(study):
+def test_transformer_rows_are_also_scored_on_their_last_validations_averaged(study):
     assert study.averaged_window("deguchi2019/enc+dec", 10) == 5 and study.averaged_window("omote2019/rel", 3) == 3
     assert study.averaged_window("deguchi2019/baseline", 1) is None  # one epoch: nothing to average
     assert study.averaged_window("yang2017/gated", 10) is None
     assert study.averaged_window("currey2018/seq2seq", 10) is None
+
+
+def test_every_row_gets_the_same_budget_in_updates_and_its_own_recipe(study):
+    args = study.build_parser().parse_args(["--max-updates", "1200", "--epoch-updates", "300"])
+    base, dbsa, deprel = (study.row_config(row, 2, args) for row in study.STUDY_ROWS)
+    for config in (base, dbsa, deprel):
+        assert (config.max_updates, config.max_steps_per_epoch, config.max_epochs) == (1200, 300, None)
+        assert (config.seed, config.patience, config.eval.max_sentences) == (2, None, None)  # all 500 dev pairs
+        assert config.keep_last_epochs == study.AVERAGE_LAST
+        # one schedule and batch for all (the size's: a 4,000-update warm-up exceeds the budget)
+        assert (config.optim.lr, config.optim.warmup_steps, config.batching.max_tokens) == (
+            base.optim.lr, base.optim.warmup_steps, base.batching.max_tokens)
+        assert config.optim.warmup_steps < config.max_updates
+    assert (base.model.name, dbsa.model.name, deprel.model.name) == ("transformer", "dbsa", "deprel")
+    assert dbsa.model.p_enc is not None and dbsa.model.p_dec is not None  # DBSA on both sides
+    assert (deprel.model.k_clip, deprel.model.l_clip) == (2, 2)  # Omote's k = 2, l = 2
+
+
+def test_the_generated_section_replaces_only_itself(study, tmp_path):
+    page = tmp_path / "results.md"
+    page.write_text(f"# Title\n\nbefore\n\n{study.BEGIN}\nold table\n{study.END}\n\nafter\n", encoding="utf-8")
+    study.write_section(page, "new table\n")
+    study.write_section(page, "newer table\n")
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# Title\n\nbefore\n\n") and text.endswith("\n\nafter\n")
+    assert "newer table" in text and "new table\n" not in text and "old table" not in text
+    assert text.count(study.BEGIN) == 1 and text.count(study.END) == 1
+
+
+def log_study_run(client, experiment_id: str, row: str, seed: int, outputs: dict[str, list[str]], ref: list[str],
+                  scratch):
+    """A finished study run as ``run_row`` and ``complete`` leave one: tags, metrics, and per test
+    kind (``test``, ``test_as_omote2019-baseline``, ...) its scores and files."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    run = client.create_run(experiment_id, tags={"study_row": row, "seed": str(seed),
+                                                 "test_sacrebleu_signature": "nrefs:1|case:mixed|tok:13a"})
+    run_id = run.info.run_id
+    for key, value in {"num_parameters": 1000.0, "tokens_per_s": 500.0, "study_wall_s": 60.0}.items():
+        client.log_metric(run_id, key, value)
+    for step, value in ((250, 1.0 + seed), (500, 2.0 + seed)):
+        client.log_metric(run_id, "dev_bleu", value, step=step)
+    client.log_param(run_id, "max_updates", "500")
+    for kind, hyp in outputs.items():
+        client.log_metric(run_id, f"{kind}_bleu", BLEU().corpus_score(hyp, [ref]).score)
+        client.log_metric(run_id, f"{kind}_chrf", CHRF().corpus_score(hyp, [ref]).score)
+        out = scratch / f"{row.replace('/', '-')}-{seed}-{kind}"
+        out.mkdir()
+        for name, lines in (("hyp", hyp), ("ref", ref)):
+            (out / f"{kind}.{name}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            client.log_artifact(run_id, str(out / f"{kind}.{name}"), f"{kind}/test")
+    client.set_terminated(run_id)
+    time.sleep(0.01)  # distinct start times: the latest run of a (row, seed) wins
+    return run_id
+
+
+def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_concatenated(study, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("tanaka-study", artifact_location=str(tmp_path / "artifacts"))
+    ref = [f"the cat {i} sat on the mat near the door" for i in range(40)]
+    worse = [f"a dog {i} sat" for i in range(40)]  # far from the reference
+    better = [line if i % 4 else f"the cat {i} sat" for i, line in enumerate(ref)]
+    for seed in (1, 2):
+        # the baseline decoded as Deguchi (its own recipe) does badly, decoded as Omote (greedy) well
+        log_study_run(client, experiment, "deguchi2019/baseline", seed,
+                      {"test": worse, "test_as_omote2019-baseline": ref}, ref, tmp_path)
+        log_study_run(client, experiment, "deguchi2019/enc+dec", seed, {"test": better}, ref, tmp_path)
+        log_study_run(client, experiment, "omote2019/dep+rel", seed, {"test": better}, ref, tmp_path)
+    args = study.build_parser().parse_args(["--tracking-uri", uri, "--out", str(tmp_path / "results.md"),
+                                            "--figure", str(tmp_path / "img" / "curves.png")])
+
+    def rows(text: str, title: str) -> dict[str, list[str]]:
+        table = text.split(f"### {title}")[1].split("###")[0]
+        return {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines()
+                if line.startswith("| ") and not line.startswith("| row")}
+
+    text = study.tables(args)
+    deguchi, omote = rows(text, "Deguchi"), rows(text, "Omote")
+    baseline, dbsa = deguchi["deguchi2019/baseline"], deguchi["deguchi2019/enc+dec"]
+    assert baseline[1] == dbsa[1] == "2" and baseline[2] == "beam 4, α 0.6"  # seeds, decoding
+    assert baseline[5] == "–" and float(dbsa[5]) < 0.01 and float(dbsa[6]) < 0.01  # BLEU p (bs), p (ar): better
+    greedy, deprel = omote["omote2019/baseline (the deguchi2019/baseline runs)"], omote["omote2019/dep+rel"]
+    assert greedy[2] == deprel[2] == "greedy" and greedy[3].startswith("100.00")
+    assert float(deprel[5]) < 0.01 and float(deprel[3].split(" ")[0]) < float(greedy[3].split(" ")[0])  # worse
+    assert "| 2.50 | 3.50 |" in text  # dev BLEU at updates 250 and 500, mean over seeds 1 and 2
+    assert (tmp_path / "img" / "curves.png").stat().st_size > 1000
+    assert "6 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
+
+    log_study_run(client, experiment, "deguchi2019/enc+dec", 3, {"test": better}, ref, tmp_path)  # no baseline seed 3
+    assert rows(study.tables(args), "Deguchi")["deguchi2019/enc+dec"][1] == "2"  # tested on the seeds both ran
+
+
+def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs(study):
+    kinds = study.test_kinds("deguchi2019/baseline", 8)
+    assert kinds == {"test": None, "test_avg5": None, "test_as_omote2019-baseline": "omote2019/baseline"}
+    assert study.test_kinds("omote2019/dep+rel", 1) == {"test": None}  # one validation: nothing to average
+    assert study.decoding("omote2019/baseline") == "greedy" and study.decoding("deguchi2019/baseline") != "greedy"
+    with pytest.raises(SystemExit, match="scored from its source"):
+        study.main(["--rows", "omote2019/baseline"])
