@@ -1,7 +1,9 @@
-"""``python -m platform.evaluate``: score a trained model on any CoNLL-U pair set.
+"""``python -m platform.evaluate``: score a trained model on any CoNLL-U pair set, or any
+system's plain-text output against a plain-text reference.
 
     python -m platform.evaluate --run RUN_ID --test corpus/test --src ja --tgt en
     python -m platform.evaluate --checkpoint runs/.../checkpoint.pt --test corpus/test --src ja --tgt en --beam 4
+    python -m platform.evaluate --hyp system.en --ref test.en [--tgt en | --tokenize 13a] [--compare baseline.en]
 
 The test pairs are encoded with the run's own subword models and settings, decoded with beam
 search (the run's recipe's decoding by default: e.g. beam 4, α 0.6 for Deguchi et al.) and
@@ -13,6 +15,12 @@ lines that reproduce the scores; with ``--run`` the metrics and files are also l
 MLflow run.  ``--average-last N`` evaluates the average of the last N epochs' weights instead of
 the best checkpoint (Vaswani et al. average the last 5), as ``test_avgN_bleu``, ... (files under
 ``test_avgN/``).
+
+With ``--hyp FILE --ref FILE`` (one detokenized sentence per line) no model is involved: BLEU
+(``--tokenize``, by default the ``--tgt`` language's: ``char`` for Japanese, as runs are scored,
+``ja-mecab`` with the ``ja`` extra, ``13a`` otherwise) and chrF, their signatures and
+``OUT.sacrebleu.sh`` (``platform.scoring``); ``--compare BASELINE`` adds the paired bootstrap and
+approximate randomisation tests of ``--hyp`` against that other system's output.
 """
 
 from __future__ import annotations
@@ -23,29 +31,49 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from platform.errors import run_cli
+from platform import atomic, scoring
+from platform.errors import UserError, run_cli
 from platform.flags import add_model_arguments
-from platform.inference import Trained, write_outputs
-from platform.tracking.run_files import log_test_results
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m platform.evaluate", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_arguments(parser)
-    parser.add_argument("--test", required=True, metavar="PREFIX",
-                        help="PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
-    parser.add_argument("--src", required=True, help="source language suffix")
-    parser.add_argument("--tgt", required=True, help="target language suffix")
+    add_model_arguments(parser, required=False)
+    parser.add_argument("--test", metavar="PREFIX", help="PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
+    parser.add_argument("--src", help="source language suffix")
+    parser.add_argument("--tgt", help="target language suffix (with --hyp: chooses the default --tokenize)")
     parser.add_argument("--out", metavar="PREFIX",
-                        help="where to write hypotheses/references (default: test name in cwd)")
+                        help="where to write hypotheses/references (default: test name in cwd; with --hyp, "
+                             "OUT.sacrebleu.sh, default the --hyp file's name in cwd)")
+    plain = parser.add_argument_group("plain text (no model)")
+    plain.add_argument("--hyp", metavar="FILE", help="a system's translations, one detokenized sentence per line")
+    plain.add_argument("--ref", metavar="FILE", help="the references, line by line")
+    plain.add_argument("--compare", metavar="BASELINE",
+                       help="another system's translations: paired tests of --hyp against it")
+    plain.add_argument("--tokenize", choices=scoring.TOKENIZERS,
+                       help="sacreBLEU's BLEU tokenizer (default: the --tgt language's; 13a)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.hyp or args.ref or args.compare:
+        return score_files(args)
+    missing = [flag for flag, value in (("--run or --checkpoint", args.run or args.checkpoint), ("--test", args.test),
+                                        ("--src", args.src), ("--tgt", args.tgt)) if not value]
+    if missing:
+        raise UserError(f"give {', '.join(missing)} (or --hyp and --ref to score plain text)")
+    return score_model(args)
+
+
+def score_model(args) -> int:
+    from platform.inference import Trained, write_outputs
+    from platform.tracking.run_files import log_test_results
     from platform.tracking.store import resolve_tracking_uri
 
-    args = build_parser().parse_args(argv)
+    if args.tokenize:
+        raise UserError("--tokenize goes with --hyp/--ref; a model's scores use its target language's tokenizer")
     tracking_uri = resolve_tracking_uri(args.tracking_uri) if args.run else None  # --checkpoint: no MLflow
     trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint, tracking_uri=tracking_uri, device=args.device,
                            average_last=args.average_last)
@@ -60,6 +88,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"to recompute the scores: cd {files[-1].parent} && sh {files[-1].name}", file=sys.stderr)
     if args.run:
         log_test_results(tracking_uri, args.run, result, files, Path(args.test).name, kind)
+    return 0
+
+
+def score_files(args) -> int:
+    """``--hyp``/``--ref`` (and ``--compare``): plain text scored, nothing of a model read."""
+    if not (args.hyp and args.ref):
+        raise UserError("--hyp and --ref go together (plain-text hypotheses and references, line by line)")
+    given = [flag for flag, value in (("--run", args.run), ("--checkpoint", args.checkpoint), ("--test", args.test))
+             if value]
+    if given:
+        raise UserError(f"{', '.join(given)} scores a model; --hyp/--ref score plain text: give one or the other")
+    tokenize = args.tokenize or scoring.default_tokenizer(args.tgt)
+    hyp, ref = scoring.read_pair(args.hyp, args.ref)
+    baseline = scoring.read_pair(args.compare, args.ref)[0] if args.compare else None
+    scores = scoring.score(hyp, ref, tokenize)
+    result: dict = scores.as_dict()
+    if baseline is not None:
+        from platform.tracking.significance import methods
+        from platform.tracking.tables import format_table
+
+        table = scoring.compare(hyp, baseline, ref, tokenize)
+        result["compare"] = {"baseline_bleu": float(table[0]["BLEU"]), "baseline_chrf": float(table[0]["chrF2"]),
+                             **{f"{metric.lower().rstrip('2')}_p_{test}": float(table[1][f"{metric} p ({test})"])
+                                for metric in ("BLEU", "chrF2") for test in ("bs", "ar")}}
+        print(f"{format_table(table)}\n\n({methods(tokenize)})", file=sys.stderr)
+    script = Path(f"{args.out or Path(args.hyp).name}.sacrebleu.sh")
+    commands = scoring.sacrebleu_commands(args.hyp, args.ref, tokenize, args.compare)
+    atomic.write_texts({script: "".join(line + "\n" for line in
+                                        ["# the scores of platform.evaluate --hyp, recomputed", *commands])})
+    print(json.dumps(result, indent=1))
+    print(f"signature: {scores.signature}", file=sys.stderr)
+    print(f"chrF signature: {scores.chrf_signature}", file=sys.stderr)
+    print(f"to recompute the scores: sh {script}", file=sys.stderr)
     return 0
 
 

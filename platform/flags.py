@@ -9,10 +9,11 @@ DATA_HELP = ("'demo' (the built-in synthetic corpus), 'demo-large' (its harder v
              "directory")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """The flags of every command that uses a trained model (``platform.evaluate``,
-    ``platform.translate``): which model, how it decodes, where it runs."""
-    which = parser.add_mutually_exclusive_group(required=True)
+    ``platform.translate``): which model (``required``: one of ``--run``, ``--checkpoint``), how
+    it decodes, where it runs."""
+    which = parser.add_mutually_exclusive_group(required=required)
     which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
     which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
     parser.add_argument("--beam", type=int, help="beam size (default: the run's recipe's decoding; 1 = greedy)")
