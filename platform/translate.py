@@ -8,6 +8,13 @@ data was).  Models that read source trees (deprel, tree2seq, hier_tree_gru) need
 (``--conllu``; make it with ``python -m platform.parse``).  Lines are translated in batches with
 beam search and written detokenized, one per input line, in order.
 
+Plain input streams, as ``fairseq-interactive`` does: it is read in chunks of at most
+``--buffer-size`` lines, and a chunk is translated and its output flushed as soon as it is full or
+no more input is waiting, so a terminal or a process that writes one line at a time gets each
+translation back before it writes the next, and memory does not grow with the input.  A bad line
+(invalid UTF-8, empty) stops the run with its line number, after the lines before it were
+written.  CoNLL-U input (``--conllu``) is read whole.
+
 With ``--nbest K`` each input line gets its K best translations (K ≤ --beam), best first, in
 the Moses n-best format that rerankers read: ``LINE ||| translation ||| log_prob=LOGP ||| SCORE``
 (LINE counts from 0; LOGP is log P(Y|X) with EOS; SCORE is LOGP over Wu et al.'s length penalty,
@@ -18,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
+import select
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from platform.data.conllu import read_conllu
@@ -36,24 +45,72 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(parser)
     parser.add_argument("--conllu", action="store_true", help="stdin is CoNLL-U (needed by tree models)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    parser.add_argument("--buffer-size", type=int, default=1024, metavar="N",
+                        help="plain input: translate at most N lines at a time, or fewer when no more input is "
+                             "waiting (default 1024)")
     parser.add_argument("--tokenized", action="store_true", help="write tokenized output (words separated by spaces)")
     parser.add_argument("--nbest", type=int, metavar="K",
                         help="write the K best translations of each line (K ≤ --beam), Moses n-best format with scores")
     return parser
 
 
-def read_input(conllu: bool) -> list:
+def read_conllu_input() -> list:
     raw = sys.stdin.buffer.read()
-    if conllu:
-        with tempfile.TemporaryDirectory() as scratch:
-            path = Path(scratch) / "stdin.conllu"
-            path.write_bytes(raw)
-            try:
-                return read_conllu(path)
-            except InputError as error:
-                raise InputError("<stdin>", error.line, error.message) from None
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "stdin.conllu"
+        path.write_bytes(raw)
+        try:
+            return read_conllu(path)
+        except InputError as error:
+            raise InputError("<stdin>", error.line, error.message) from None
+
+
+def line_chunks(stream, buffer_size: int) -> Iterator[list[bytes]]:
+    """The lines of a binary ``stream`` (without their ``\\n``) in chunks of at most
+    ``buffer_size``: a chunk ends when full, or when no more input is waiting on the stream's file
+    descriptor (a pipe or a terminal).  A stream without one (in memory) is chunked by size only."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    if fd is None:
+        yield from _sized_chunks(stream, buffer_size)
+        return
+    lines: list[bytes] = []
+    pending = b""
+    while True:
+        if lines and not select.select([fd], [], [], 0)[0]:  # nothing more waiting: translate what came
+            yield lines
+            lines = []
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        *complete, pending = (pending + data).split(b"\n")
+        lines.extend(complete)
+        while len(lines) >= buffer_size:
+            yield lines[:buffer_size]
+            lines = lines[buffer_size:]
+    if pending:
+        lines.append(pending)  # a last line without its newline
+    if lines:
+        yield lines
+
+
+def _sized_chunks(stream, buffer_size: int) -> Iterator[list[bytes]]:
+    lines: list[bytes] = []
+    for line in stream:
+        lines.append(line.removesuffix(b"\n"))
+        if len(lines) == buffer_size:
+            yield lines
+            lines = []
+    if lines:
+        yield lines
+
+
+def words_of(lines: list[bytes], first: int) -> list[list[str]]:
+    """Each line's words (``first``: the line number of ``lines[0]``)."""
     sentences = []
-    for number, line in enumerate(io.BytesIO(raw), start=1):
+    for number, line in enumerate(lines, start=first):
         try:
             words = line.decode("utf-8").split()
         except UnicodeDecodeError:
@@ -62,6 +119,17 @@ def read_input(conllu: bool) -> list:
             raise InputError("<stdin>", number, "empty line (one sentence per line)")
         sentences.append(words)
     return sentences
+
+
+def input_chunks(conllu: bool, buffer_size: int) -> Iterator[tuple[int, list]]:
+    """``(index of the chunk's first sentence, its sentences)`` from stdin."""
+    if conllu:
+        yield 0, read_conllu_input()
+        return
+    first = 0
+    for lines in line_chunks(sys.stdin.buffer, buffer_size):
+        yield first, words_of(lines, first + 1)
+        first += len(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,12 +146,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nbest is not None and not 1 <= args.nbest <= beam:
         raise UserError(f"--nbest {args.nbest} needs --beam ≥ {args.nbest} (beam search keeps --beam hypotheses; "
                         f"this run decodes with beam {beam})")
-    sentences = read_input(args.conllu)
-    if args.nbest is None:
-        translations = trained.translate_all(sentences, args.beam, args.lenpen, args.batch_size, args.tokenized,
-                                             args.device)
-        sys.stdout.write("".join(text + "\n" for text in translations))
-        return 0
+    if args.buffer_size < 1:
+        raise UserError(f"--buffer-size {args.buffer_size}: at least 1 line")
+    for first, sentences in input_chunks(args.conllu, args.buffer_size):
+        if args.nbest is None:
+            translations = trained.translate_all(sentences, args.beam, args.lenpen, args.batch_size, args.tokenized,
+                                                 args.device)
+            sys.stdout.write("".join(text + "\n" for text in translations))
+        else:
+            sys.stdout.write(nbest_lines(trained, sentences, first, args))
+        sys.stdout.flush()
+    return 0
+
+
+def nbest_lines(trained: Trained, sentences: list, first: int, args) -> str:
+    """The Moses n-best lines of ``sentences`` (numbered from ``first``), in input order."""
     detok = (lambda text: text) if args.tokenized else detokenizer(trained.tgt_lang)
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))  # similar lengths per batch
     outputs: dict[int, str] = {}
@@ -91,10 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         chunk = order[start:start + args.batch_size]
         src = trained.source_batch([sentences[i] for i in chunk]).to(args.device)
         for index, found in zip(chunk, trained.translate_nbest(src, args.beam, args.lenpen, args.nbest)):
-            outputs[index] = "".join(f"{index} ||| {detok(text)} ||| log_prob={log_prob:.4f} ||| {score:.4f}\n"
-                                     for text, score, log_prob in found)
-    sys.stdout.write("".join(outputs[i] for i in range(len(sentences))))
-    return 0
+            outputs[index] = "".join(f"{first + index} ||| {detok(text)} ||| log_prob={log_prob:.4f} ||| "
+                                     f"{score:.4f}\n" for text, score, log_prob in found)
+    return "".join(outputs[i] for i in range(len(sentences)))
 
 
 if __name__ == "__main__":
