@@ -23,6 +23,7 @@ from platform import config as config_io
 from platform.data.batching import ParquetExamples, pad, pad_tree_parents
 from platform.data.conllu import Sentence
 from platform.data.encode import PrepareConfig, encode_corpus, read_corpus, side_columns
+from platform.data.parsing import PRE_SEGMENTED
 from platform.data.sources import source_sentences
 from platform.data.subwords import SubwordModel
 from platform.errors import UserError
@@ -80,6 +81,7 @@ class Trained:
     tgt_model: SubwordModel
     src_lang: str
     tgt_lang: str
+    src_segmenter: dict | str = "pre-segmented"  # how the training data's source was segmented (data.parsing)
 
     @classmethod
     def load(cls, *, run_id: str | None = None, checkpoint: str | Path | None = None, tracking_uri: str | None = None,
@@ -121,7 +123,8 @@ class Trained:
         subwords = subword_models_from_checkpoint(state)
         meta = state["dataset_meta"]
         prepare = config_io.from_dict(PrepareConfig, meta["config"])
-        return cls(model, config, prepare, subwords["src"], subwords["tgt"], meta["src_lang"], meta["tgt_lang"])
+        return cls(model, config, prepare, subwords["src"], subwords["tgt"], meta["src_lang"], meta["tgt_lang"],
+                   meta.get("segmentation", {}).get("src", PRE_SEGMENTED))
 
     @property
     def needs_trees(self) -> bool:
@@ -197,10 +200,13 @@ class Trained:
                 outputs[index] = detok(text)
         return [outputs[i] for i in range(len(sentences))]
 
-    def sentences_from_texts(self, texts: list[str]) -> list:
-        """Each text as the model reads it: a CoNLL-U block (a line with tabs), or plain text
-        (words separated by spaces), parsed where the model reads trees (``data.sources``)."""
-        return source_sentences(texts, self.src_lang, self.needs_trees, self.config.model.name)
+    def sentences_from_texts(self, texts: list[str], pre_segmented: bool = False) -> list:
+        """Each text as the model reads it: a CoNLL-U block (a line with tabs), or plain text,
+        segmented as the training data's source was (``src_segmenter``; with ``pre_segmented``,
+        or for data that arrived segmented, words separated by spaces), and parsed where the
+        model reads trees (``data.sources``)."""
+        segmenter = None if pre_segmented or self.src_segmenter == PRE_SEGMENTED else self.src_segmenter
+        return source_sentences(texts, self.src_lang, self.needs_trees, self.config.model.name, segmenter)
 
     @torch.no_grad()
     def translate_nbest(self, src: Source, beam: int | None, alpha: float | None,

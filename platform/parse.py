@@ -8,6 +8,9 @@ One input line is one sentence and one tree: every token after the first gets
 Japanese uses ``ja_ginza`` (the full pipeline, so labels carry no ``_bunsetu`` suffixes) and,
 by default, removes the spaces of pre-segmented input (GiNZA segments it again).  Lines are
 parsed in batches with ``nlp.pipe``.  The output appears only when every line was parsed.
+Unless ``--pretokenized``, the first sentence carries a ``# segmenter`` comment (the pipeline, its
+version, whether spaces were removed), which ``platform.prepare`` records so that
+``platform.translate`` and a served model segment raw input the same way.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu
+from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, segmenter_of, to_conllu
 from platform.data.storage import open_text_lines
 from platform.errors import InputError, UserError, run_cli
 
@@ -51,8 +54,9 @@ def parse_file(nlp, source: str | Path, out: str | Path, *, strip_spaces: bool, 
             texts = [text for _, text in lines]
             docs = nlp.pipe(one_tree_docs(nlp, texts, pretokenized), batch_size=batch_size)
             parsed = tqdm(zip(lines, docs), total=len(lines), disable=not progress, unit="sent")
+            segmenter = None if pretokenized else segmenter_of(nlp, strip_spaces)  # words of the input's own
             for number, ((line, _), doc) in enumerate(parsed, 1):
-                handle.write(to_conllu(doc, str(number), line))
+                handle.write(to_conllu(doc, str(number), line, segmenter if number == 1 else None))
         os.replace(tmp, out)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -3,9 +3,12 @@
     python -m platform.translate --run RUN_ID < source.txt > hypotheses.txt
     python -m platform.translate --checkpoint best.pt --conllu < source.conllu > hypotheses.txt
 
-Plain input is one sentence per line, words separated by spaces (segmented as the training
-data was).  Models that read source trees (deprel, tree2seq, hier_tree_gru) need CoNLL-U input
-(``--conllu``; make it with ``python -m platform.parse``).  Lines are translated in batches with
+Plain input is one sentence per line of raw text, segmented as the training data's source was
+(``Trained.sentences_from_texts``: the recorded ``platform.parse`` pipeline, e.g. GiNZA for
+Japanese); for data that arrived segmented, and with ``--pre-segmented``, the words are the
+line's, separated by spaces.  Models that read source trees (deprel, tree2seq, hier_tree_gru)
+parse plain lines with that pipeline, or need CoNLL-U input (``--conllu``; make it with
+``python -m platform.parse``) where none was recorded.  Lines are translated in batches with
 beam search and written detokenized, one per input line, in order.
 
 Plain input streams, as ``fairseq-interactive`` does: it is read in chunks of at most
@@ -33,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from platform.data.conllu import read_conllu
+from platform.data.parsing import PRE_SEGMENTED
 from platform.errors import InputError, UserError, run_cli
 from platform.flags import add_model_arguments
 from platform.inference import Trained
@@ -45,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(parser)
     parser.add_argument("--conllu", action="store_true", help="stdin is CoNLL-U (needed by tree models)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    parser.add_argument("--pre-segmented", action="store_true",
+                        help="plain input is already segmented as the training data was (words separated by "
+                             "spaces): do not run the data's segmenter on it")
     parser.add_argument("--buffer-size", type=int, default=1024, metavar="N",
                         help="plain input: translate at most N lines at a time, or fewer when no more input is "
                              "waiting (default 1024)")
@@ -121,14 +128,24 @@ def words_of(lines: list[bytes], first: int) -> list[list[str]]:
     return sentences
 
 
-def input_chunks(conllu: bool, buffer_size: int) -> Iterator[tuple[int, list]]:
-    """``(index of the chunk's first sentence, its sentences)`` from stdin."""
-    if conllu:
+def segments(trained: Trained, args) -> bool:
+    """Whether plain input goes through the training data's segmenter (and parser)."""
+    return trained.src_segmenter != PRE_SEGMENTED and not args.pre_segmented
+
+
+def input_chunks(trained: Trained, args) -> Iterator[tuple[int, list]]:
+    """``(index of the chunk's first sentence, its sentences)`` from stdin, plain lines segmented
+    as the training data was (``Trained.sentences_from_texts``)."""
+    if args.conllu:
         yield 0, read_conllu_input()
         return
     first = 0
-    for lines in line_chunks(sys.stdin.buffer, buffer_size):
-        yield first, words_of(lines, first + 1)
+    for lines in line_chunks(sys.stdin.buffer, args.buffer_size):
+        words = words_of(lines, first + 1)  # checked: UTF-8, no empty line
+        if segments(trained, args):
+            yield first, trained.sentences_from_texts([line.decode("utf-8") for line in lines])
+        else:
+            yield first, words
         first += len(lines)
 
 
@@ -139,16 +156,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint,
                            tracking_uri=resolve_tracking_uri(args.tracking_uri) if args.run else None,
                            device=args.device, average_last=args.average_last)  # a --checkpoint needs no MLflow
-    if trained.needs_trees and not args.conllu:
-        raise UserError(f"{trained.config.model.name} reads source trees: give CoNLL-U on stdin with --conllu "
-                        "(python -m platform.parse makes it from raw text)")
+    if trained.needs_trees and not args.conllu and not segments(trained, args):
+        raise UserError(f"{trained.config.model.name} reads source trees and its data recorded no segmenter to "
+                        "parse plain text with: give CoNLL-U on stdin with --conllu (python -m platform.parse "
+                        "makes it from raw text)")
     beam = trained.decoding(args.beam).beam
     if args.nbest is not None and not 1 <= args.nbest <= beam:
         raise UserError(f"--nbest {args.nbest} needs --beam ≥ {args.nbest} (beam search keeps --beam hypotheses; "
                         f"this run decodes with beam {beam})")
     if args.buffer_size < 1:
         raise UserError(f"--buffer-size {args.buffer_size}: at least 1 line")
-    for first, sentences in input_chunks(args.conllu, args.buffer_size):
+    for first, sentences in input_chunks(trained, args):
         if args.nbest is None:
             translations = trained.translate_all(sentences, args.beam, args.lenpen, args.batch_size, args.tokenized,
                                                  args.device)

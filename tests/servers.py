@@ -217,3 +217,40 @@ class MotoServer:
     def stop(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
+
+
+def served_predictions(model_dir: Path, scratch: Path, inputs: list[str], params: dict | None = None) -> list[str]:
+    """What ``mlflow models serve`` of ``model_dir`` answers over HTTP on 127.0.0.1 for ``inputs``;
+    it runs from a directory outside the repository (where ``platform`` is the standard library's
+    until the model loads) and is stopped before this returns."""
+    import json
+    import urllib.request
+
+    port = free_port()
+    outside = scratch / "elsewhere"
+    outside.mkdir(exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": f"sqlite:///{scratch}/unused.db"}
+    log_path = scratch / "serve.log"
+    with open(log_path, "w") as log:
+        serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(model_dir), "--env-manager", "local",
+                 "-h", "127.0.0.1", "-p", str(port)]
+        server = subprocess.Popen(serve, cwd=outside, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
+    try:
+        def ready():
+            assert server.poll() is None, log_path.read_text()[-3000:]
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).status == 200
+            except OSError:
+                return False
+
+        wait_for(ready, 180, "the model server")
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", method="POST",
+                                         data=json.dumps({"inputs": inputs, "params": params or {}}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        answer = json.loads(urllib.request.urlopen(request, timeout=120).read())  # noqa: S310 - the test's server
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    assert set(answer) == {"predictions"}, answer
+    return answer["predictions"]

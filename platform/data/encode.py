@@ -27,6 +27,7 @@ from platform import config as config_io
 from platform.data import dataset as ds
 from platform.data import storage
 from platform.data.conllu import Sentence, read_conllu
+from platform.data.parsing import Segmenter, read_segmenter
 from platform.data.subwords import SubwordConfig, SubwordModel, train_subwords
 from platform.data.trees import binary_tree, project_heads, word_depths
 from platform.errors import InputError, UserError
@@ -77,6 +78,12 @@ def read_corpus(prefix: str | Path, config: PrepareConfig, progress: bool = Fals
             longer, extra.line, f"sentence counts differ: {src_path} has {len(src)}, {tgt_path} has {len(tgt)}"
         )
     return Corpus(src=src, tgt=tgt, files=(src_path, tgt_path))
+
+
+def segmentation(corpus: Corpus) -> dict[str, Segmenter | str]:
+    """How each side's words were segmented (``data.parsing.read_segmenter`` of its train file):
+    what ``platform.translate`` applies to raw input."""
+    return {"src": read_segmenter(corpus.files[0]), "tgt": read_segmenter(corpus.files[1])}
 
 
 # --------------------------------------------------------------------------- encoding
@@ -179,6 +186,7 @@ def prepare(
     try:
         meta = _write_all(tmp, config, corpora, models, models_bytes, progress, log)
         meta["subwords_from"] = str(subwords_from) if subwords_from is not None else None
+        meta["segmentation"] = segmentation(corpora["train"])
         _relocate_paths(meta, attach or {})
         meta.update(extra_meta or {})
         meta["seconds"] = round(time.perf_counter() - started, 2)

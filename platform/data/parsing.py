@@ -1,17 +1,69 @@
 """A spaCy pipeline's parse of raw text as one dependency tree per line, in CoNLL-U: what
 ``python -m platform.parse`` writes, and how a served model that reads source trees parses
 plain text (``platform.data.sources``).  spaCy comes with the optional ``[parse]`` extra.
+
+How a file's words were segmented travels with it: ``platform.parse`` writes a ``# segmenter =
+{...}`` comment (``Segmenter``: the pipeline, its version, whether the line's spaces were removed
+first) on the file's first sentence; ``read_segmenter`` reads it back for ``platform.prepare``,
+which records it in the dataset's meta (``PRE_SEGMENTED`` for a file without one: its words came
+segmented from elsewhere), and ``segmented`` applies it to raw text at translation time.
 """
 
 from __future__ import annotations
 
+import json
+import warnings
 from collections.abc import Iterable, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from platform.errors import UserError
 
 DEFAULT_MODELS = {"ja": "ja_ginza"}
+SEGMENTER_COMMENT = "segmenter"
+PRE_SEGMENTED = "pre-segmented"  # words that arrived segmented (CoNLL-U from elsewhere, --pretokenized)
+Segmenter = dict[str, Any]  # {"pipeline": "ja_ginza", "version": "5.2.0", "strip_spaces": True}
 
 
+def segmenter_of(nlp, strip_spaces: bool) -> Segmenter:
+    """What ``parse_file`` segments with: the pipeline's package name and version."""
+    return {"pipeline": f"{nlp.meta['lang']}_{nlp.meta['name']}", "version": nlp.meta["version"],
+            "strip_spaces": strip_spaces}
+
+
+def read_segmenter(path: str | Path) -> Segmenter | str:
+    """The ``# segmenter`` comment of a CoNLL-U file's first sentence, or ``PRE_SEGMENTED``."""
+    from platform.data.storage import open_text_lines
+
+    for _, line in open_text_lines(path):
+        if not line.startswith("#"):
+            break  # the first sentence's comments are over
+        key, _, value = line[1:].partition("=")
+        if key.strip() == SEGMENTER_COMMENT:
+            try:
+                found = json.loads(value)
+            except json.JSONDecodeError:
+                found = None
+            if not isinstance(found, dict) or not isinstance(found.get("pipeline"), str):
+                raise UserError(f"{path}: its # {SEGMENTER_COMMENT} comment is not the JSON platform.parse writes")
+            return found
+    return PRE_SEGMENTED
+
+
+def segmented(texts: list[str], segmenter: Segmenter) -> list[str]:
+    """Raw ``texts`` parsed as ``platform.parse`` parsed the training data (same pipeline, same
+    treatment of spaces, one tree per line), as CoNLL-U blocks."""
+    nlp = load_pipeline(segmenter["pipeline"])
+    if nlp.meta.get("version") != segmenter.get("version"):
+        warnings.warn(f"the data was segmented with {segmenter['pipeline']} {segmenter.get('version')}, "
+                      f"{nlp.meta.get('version')} is installed: words may differ", stacklevel=2)
+    lines = ["".join(text.split()) if segmenter.get("strip_spaces") else " ".join(text.split()) for text in texts]
+    docs = nlp.pipe(one_tree_docs(nlp, lines, pretokenized=False))
+    return [to_conllu(doc, str(i), text) for i, (doc, text) in enumerate(zip(docs, lines))]
+
+
+@cache
 def load_pipeline(name: str):
     try:
         import spacy
@@ -34,10 +86,13 @@ def one_tree_docs(nlp, lines: Iterable[str], pretokenized: bool) -> Iterator:
         yield doc
 
 
-def to_conllu(doc, sent_id: str, text: str) -> str:
-    """One parsed Doc as a CoNLL-U block; extra roots (should the parser make any) join the first."""
+def to_conllu(doc, sent_id: str, text: str, segmenter: Segmenter | None = None) -> str:
+    """One parsed Doc as a CoNLL-U block (with the ``# segmenter`` comment where given); extra
+    roots (should the parser make any) join the first."""
     roots = [t.i for t in doc if t.head.i == t.i]
     lines = [f"# sent_id = {sent_id}", f"# text = {text}"]
+    if segmenter is not None:
+        lines.append(f"# {SEGMENTER_COMMENT} = {json.dumps(segmenter, sort_keys=True)}")
     for token in doc:
         head = 0 if token.i == roots[0] else (token.head.i if token.head.i != token.i else roots[0]) + 1
         misc = "_" if token.whitespace_ else "SpaceAfter=No"

@@ -1,6 +1,8 @@
-"""Source sentences given as texts (a served model's input): each a CoNLL-U block, or plain
-text (words separated by spaces), which is parsed with the language's spaCy pipeline
-(``data.parsing``, the ``parse`` extra) when the model reads source trees."""
+"""Source sentences given as texts (a served model's input, ``platform.translate``'s lines): each a
+CoNLL-U block, or plain text.  Plain text is segmented (and parsed) by the pipeline that segmented
+the training data where it recorded one (``data.parsing.segmented``); otherwise it is words
+separated by spaces, parsed with the language's spaCy pipeline (``data.parsing``, the ``parse``
+extra) when the model reads source trees."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from platform.data.conllu import Sentence, read_conllu
 from platform.errors import UserError
 
 
-def source_sentences(texts: list[str], lang: str, needs_trees: bool, model: str) -> list:
+def source_sentences(texts: list[str], lang: str, needs_trees: bool, model: str,
+                     segmenter: dict | None = None) -> list:
     """``texts`` as ``model`` (its name, for errors) reads them: CoNLL-U ``Sentence``s, or word
-    lists where it reads no trees."""
+    lists where it reads no trees; plain texts segmented by ``segmenter`` where given."""
     if any("\t" in text for text in texts):
         if not all("\t" in text for text in texts):
             raise UserError("give every source as CoNLL-U or none")
@@ -22,6 +25,11 @@ def source_sentences(texts: list[str], lang: str, needs_trees: bool, model: str)
     for number, sentence in enumerate(words):
         if not sentence:
             raise UserError(f"source {number}: empty (one sentence per source)")
+    if segmenter is not None:
+        from platform.data.parsing import segmented
+
+        sentences = conllu_sentences(segmented(texts, segmenter))
+        return sentences if needs_trees else [list(sentence.words) for sentence in sentences]
     return parsed_sentences(words, lang, model) if needs_trees else words
 
 

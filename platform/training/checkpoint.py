@@ -50,7 +50,8 @@ def checkpoint_state(model: nn.Module, optimizer, scheduler, sampler: ShardedBat
         "subword_models": {side: torch.frombuffer(bytearray(blob), dtype=torch.uint8)
                            for side, blob in subword_models.items()},
         "dataset_meta": {"src_lang": dataset_meta["src_lang"], "tgt_lang": dataset_meta["tgt_lang"],
-                         "vocab_size": dataset_meta["vocab_size"], "config": dataset_meta["config"]},
+                         "vocab_size": dataset_meta["vocab_size"], "config": dataset_meta["config"],
+                         "segmentation": dataset_meta.get("segmentation", {})},  # older datasets: none recorded
         "rng": {"torch": torch.get_rng_state(), "numpy_seed": int(np.random.randint(0, 2 ** 31 - 1))},
     }
 

@@ -4,15 +4,11 @@ standard library's until the model loads), it gives what ``platform.translate`` 
 same checkpoint."""
 
 import gzip
-import json
-import os
-import signal
-import subprocess
 import sys
-import urllib.request
 
 import pytest
-from helpers import free_port, tiny_config, wait_for
+from helpers import tiny_config
+from servers import served_predictions
 
 from platform.data.dataset import PreparedDataset
 from platform.training.config import load_train_config
@@ -105,30 +101,5 @@ def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, 
 @pytest.mark.slow
 def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(trained, tmp_path, translate_cli):
     directory, sources = trained
-    port = free_port()
-    outside = tmp_path / "elsewhere"  # not the repository root: ``platform`` is the stdlib's there
-    outside.mkdir()
-    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/unused.db"}
-    with open(tmp_path / "serve.log", "w") as log:
-        serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(directory / "mlflow_model"),
-                 "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
-        server = subprocess.Popen(serve, cwd=outside, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)
-    try:
-        def ready():
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            try:
-                return urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2).status == 200
-            except OSError:
-                return False
-
-        wait_for(ready, 180, "the model server")
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", method="POST",
-                                         data=json.dumps({"inputs": sources, "params": {"beam": 2}}).encode(),
-                                         headers={"Content-Type": "application/json"})
-        answer = json.loads(urllib.request.urlopen(request, timeout=120).read())  # noqa: S310 - the test's server
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
-    expected = translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources), "--beam", "2")
-    assert answer == {"predictions": expected}
+    answer = served_predictions(directory / "mlflow_model", tmp_path, sources, {"beam": 2})
+    assert answer == translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources), "--beam", "2")
