@@ -18,7 +18,7 @@ from platform import evaluate
 def sacrebleu_cli(*args: str) -> str:
     """sacreBLEU's own command line (its ``-f text`` output)."""
     executable = shutil.which("sacrebleu", path=str(Path(sys.executable).parent))
-    result = subprocess.run([executable, *args, "-w", "4", "-f", "text"], capture_output=True, text=True,
+    result = subprocess.run([executable, *args, "-w", "4", "-f", "text"], capture_output=True, text=True, timeout=120,
                             env={"SACREBLEU_SEED": "12345", "PATH": str(Path(sys.executable).parent)})
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -60,7 +60,7 @@ def test_plain_text_scores_are_sacrebleus_own(files, lang, tokenize, tmp_path, c
     assert [mine["bleu"], mine["chrf"]] == pytest.approx(expected, abs=1e-4) and mine["sentences"] == 300
     assert f"tok:{tokenize}" in result.stderr  # the signature
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # this venv's sacrebleu
-    script = subprocess.run(["sh", str(tmp_path / "scores.sacrebleu.sh")], capture_output=True, text=True,
+    script = subprocess.run(["sh", str(tmp_path / "scores.sacrebleu.sh")], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PATH": path})
     assert f"{mine['bleu']:.4f}" in script.stdout  # the written script recomputes it
 

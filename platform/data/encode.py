@@ -81,8 +81,8 @@ def read_corpus(prefix: str | Path, config: PrepareConfig, progress: bool = Fals
 
 
 def segmentation(corpus: Corpus) -> dict[str, Segmenter | str]:
-    """How each side's words were segmented (``data.parsing.read_segmenter`` of its train file):
-    what ``platform.translate`` applies to raw input."""
+    """How each side's words were segmented (``data.parsing.read_segmenter`` of the corpus's files,
+    the train split's where there is one): what ``platform.translate`` applies to raw input."""
     return {"src": read_segmenter(corpus.files[0]), "tgt": read_segmenter(corpus.files[1])}
 
 
@@ -186,7 +186,7 @@ def prepare(
     try:
         meta = _write_all(tmp, config, corpora, models, models_bytes, progress, log)
         meta["subwords_from"] = str(subwords_from) if subwords_from is not None else None
-        meta["segmentation"] = segmentation(corpora["train"])
+        meta["segmentation"] = segmentation(corpora.get("train") or next(iter(corpora.values())))
         _relocate_paths(meta, attach or {})
         meta.update(extra_meta or {})
         meta["seconds"] = round(time.perf_counter() - started, 2)
