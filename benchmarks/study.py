@@ -52,12 +52,11 @@ TABLES: dict[str, tuple[str, list[str]]] = {
     "currey2018/seq2seq": ("Currey & Heafield 2018, Table 2 (unsupervised Gumbel tree-LSTM)",
                            ["currey2018/seq2seq", "currey2018/bottom-up", "currey2018/top-down"]),
 }
-# rows that are another row's runs decoded as their own recipe decodes, because the two train
-# identically: Omote's Transformer baseline is Deguchi's, decoded greedily as Omote decode (§5.1),
-# so each Omote row is tested against a baseline decoded the same way
+# rows that are another row's runs decoded as their own recipe decodes, where the two train
+# identically (``decoded_as``): Omote's Transformer baseline is Deguchi's, decoded greedily as
+# Omote decode (§5.1), so each Omote row is tested against a baseline decoded the same way
 DECODED_AS = {"omote2019/baseline": "deguchi2019/baseline"}
 ROWS: list[str] = [row for _, rows in TABLES.values() for row in rows]
-TRAINED_ROWS = [row for row in ROWS if row not in DECODED_AS]
 STUDY_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/dep+rel"]
 # Vaswani et al. 2017 (§6.1) evaluate the Transformer on the average of its last 5 checkpoints;
 # the Transformer-based rows (Deguchi's and Omote's, built on that recipe) are also scored so
@@ -123,6 +122,26 @@ def finished_runs(client, experiment: str) -> list:
     return client.search_runs([found.experiment_id], filter_string="attributes.status = 'FINISHED'", max_results=5000)
 
 
+def decoded_as(args) -> dict[str, str]:
+    """``DECODED_AS`` where the two rows train identically at ``--size`` and this budget: every
+    setting equal except decoding and those one recipe leaves unset (the DBSA knobs of the
+    Transformer).  At ``--size paper`` the papers' batches differ, and each baseline trains."""
+    from platform.tracking.runs import run_params
+
+    shared = {}
+    for row, source in DECODED_AS.items():
+        mine, theirs = (run_params(row_config(name, 1, args), {}) for name in (row, source))
+        differ = [key for key in mine.keys() | theirs.keys() if not key.startswith("decode.")
+                  and "None" not in (mine.get(key, "None"), theirs.get(key, "None")) and mine[key] != theirs[key]]
+        if not differ:
+            shared[row] = source
+    return shared
+
+
+def trained_rows(args) -> list[str]:
+    return [row for row in ROWS if row not in decoded_as(args)]
+
+
 def row_config(row: str, seed: int, args):
     """The TrainConfig of one (row, seed): the recipe at ``--size``, the study's budget."""
     from platform.training.config import resolve_config
@@ -152,28 +171,28 @@ def slug(row: str) -> str:
     return row.replace("/", "-").replace("+", "-")
 
 
-def test_kinds(row: str, validations: int) -> dict[str, str | None]:
+def test_kinds(row: str, validations: int, shared: dict[str, str]) -> dict[str, str | None]:
     """How a run of ``row`` is scored on test: ``{kind: the recipe whose decoding}`` (kind
     ``test``: the best checkpoint, the row's own decoding; ``test_avgN``: the last N validations'
-    weights averaged; ``test_as_<row>``: decoded as a row of ``DECODED_AS`` decodes)."""
+    weights averaged; ``test_as_<row>``: decoded as a row of ``shared`` decodes)."""
     kinds: dict[str, str | None] = {"test": None}
     window = averaged_window(row, validations)
     if window:
         kinds[f"test_avg{window}"] = None
-    kinds.update({f"test_as_{slug(shared)}": shared for shared, source in DECODED_AS.items() if source == row})
+    kinds.update({f"test_as_{slug(other)}": other for other, source in shared.items() if source == row})
     return kinds
 
 
-def complete(run, args, device: str) -> None:
+def complete(run, args, device: str, shared: dict[str, str]) -> None:
     """Score a finished run on test in every way its row needs and it lacks (``test_kinds``), and
     add that time to its ``study_wall_s``."""
     from platform.tracking.logger import RunLogger
 
-    validations = int(run.data.params.get("max_updates", args.max_updates)) // args.epoch_updates
+    validations = int(run.data.params["max_updates"]) // int(run.data.params["max_steps_per_epoch"])
     started = time.time()
-    for kind, decoded_as in test_kinds(run.data.tags["study_row"], validations).items():
+    for kind, decoding in test_kinds(run.data.tags["study_row"], validations, shared).items():
         if f"{kind}_bleu" not in run.data.metrics:
-            score_on_test(run.info.run_id, kind, decoded_as, args, device)
+            score_on_test(run.info.run_id, kind, decoding, args, device)
     spent = time.time() - started
     if spent > 1:
         wall = run.data.metrics.get("study_wall_s", 0.0) + spent
@@ -221,21 +240,29 @@ class Scored:
         return self.run.data.metrics.get(key)
 
 
-def latest_per_seed(runs: list) -> dict[str, dict[str, Any]]:
-    """``{row: {seed: run}}``, the latest finished run of each trained (row, seed)."""
+def latest_per_seed(runs: list, args) -> dict[str, dict[str, Any]]:
+    """``{row: {seed: run}}``, the latest finished run of each trained (row, seed) that was
+    trained exactly as ``args`` ask (size, budget: every logged setting), so that runs of another
+    setting are neither reused nor mixed into the tables."""
+    from platform.tracking.runs import run_params
+
+    rows = trained_rows(args)
     by_row: dict[str, dict[str, Any]] = {}
     for run in sorted(runs, key=lambda r: r.info.start_time):
-        if run.data.tags.get("study_row") in TRAINED_ROWS:
-            by_row.setdefault(run.data.tags["study_row"], {})[run.data.tags["seed"]] = run
+        row, seed = run.data.tags.get("study_row"), run.data.tags.get("seed", "")
+        if row in rows and seed.isdigit():
+            asked = run_params(row_config(row, int(seed), args), {})
+            if all(run.data.params.get(key) == value for key, value in asked.items()):
+                by_row.setdefault(row, {})[seed] = run
     return by_row
 
 
-def scored_rows(by_row: dict[str, dict[str, Any]]) -> dict[str, dict[str, Scored]]:
+def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str]) -> dict[str, dict[str, Scored]]:
     """``{row: {seed: Scored}}`` for every table row with test scores: the trained rows' own,
-    and the ``DECODED_AS`` rows' from their source rows' runs."""
+    and the ``shared`` rows' from their source rows' runs."""
     scored = {row: {seed: Scored(run) for seed, run in seeds.items() if "test_bleu" in run.data.metrics}
               for row, seeds in by_row.items()}
-    for row, source in DECODED_AS.items():
+    for row, source in shared.items():
         kind = f"test_as_{slug(row)}"
         scored[row] = {seed: Scored(run, kind) for seed, run in by_row.get(source, {}).items()
                        if f"{kind}_bleu" in run.data.metrics}
@@ -249,7 +276,8 @@ def test_outputs(client, scored: Scored, directory: Path) -> dict[str, list[str]
     return {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
 
 
-def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], scratch: Path) -> str:
+def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], scratch: Path,
+                shared: dict[str, str]) -> str:
     """One paper's rows that ran: scores over seeds and the paired tests against ``baseline`` on
     the seeds both ran, their outputs concatenated in seed order."""
     from platform.tracking.significance import logged_tokenizer, methods, significance_table
@@ -274,7 +302,7 @@ def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[s
         averaged = next((key for entry in entries if entry.kind == "test" for key in sorted(entry.run.data.metrics)
                          if key.startswith("test_avg") and key.endswith("_bleu")), None)
         uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k))
-        source = f" (the {DECODED_AS[row]} runs)" if row in DECODED_AS else ""
+        source = f" (the {shared[row]} runs)" if row in shared else ""
         cells.append({"row": row + source, "seeds": len(entries), "decoding": decoding(row),
                       "test BLEU": mean_std(metric("test_bleu")), "test chrF": mean_std(metric("test_chrf")),
                       "BLEU, last validations averaged": (f"{mean_std(metric(averaged))} (last "
@@ -349,16 +377,17 @@ def tables(args) -> str:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(args.tracking_uri)
-    by_row = latest_per_seed(finished_runs(client, args.experiment))
-    scored = scored_rows(by_row)
+    shared = decoded_as(args)
+    by_row = latest_per_seed(finished_runs(client, args.experiment), args)
+    scored = scored_rows(by_row, shared)
     if not scored:
         return "No study run is in the MLflow store yet.\n"
     sections = []
     with tempfile.TemporaryDirectory() as scratch:
         for baseline, (title, rows) in TABLES.items():
             if any(scored.get(row) for row in rows):
-                sections.append(f"### {title}\n\n{paper_table(client, baseline, rows, scored, Path(scratch))}")
-    trained = [row for row in TRAINED_ROWS if by_row.get(row)]
+                sections.append(f"### {title}\n\n{paper_table(client, baseline, rows, scored, Path(scratch), shared)}")
+    trained = [row for row in trained_rows(args) if by_row.get(row)]
     curves = dev_curves(client, by_row, trained)
     plot_curves(curves, Path(args.figure))
     figure = os.path.relpath(args.figure, Path(args.out).parent)
@@ -369,7 +398,7 @@ def tables(args) -> str:
                     f"![dev BLEU by update]({figure})\n")
     sections.append(f"{len(runs)} runs ({' or '.join(budgets)} updates each); the study's wall time, training "
                     f"and test decoding: {wall / 60:.0f} min. Rows not run: "
-                    f"{', '.join(r for r in TRAINED_ROWS if r not in trained) or 'none'}.\n")
+                    f"{', '.join(r for r in trained_rows(args) if r not in trained) or 'none'}.\n")
     return "\n".join(sections)
 
 
@@ -387,9 +416,10 @@ def write_section(path: Path, text: str) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    unknown = [row for row in args.rows if row not in TRAINED_ROWS]
+    shared = decoded_as(args)
+    unknown = [row for row in args.rows if row not in trained_rows(args)]
     if unknown:
-        raise SystemExit(f"unknown rows {unknown}; rows: {TRAINED_ROWS} (a row of {list(DECODED_AS)} is "
+        raise SystemExit(f"unknown rows {unknown}; rows: {trained_rows(args)} (a row of {list(shared)} is "
                          "scored from its source row's runs)")
     if not args.table_only:
         from mlflow.tracking import MlflowClient
@@ -398,12 +428,14 @@ def main(argv=None) -> int:
         device = "cuda" if args.gpus_per_worker else "cpu"
         dataset = prepare(args)
         started = time.time()
+        rows = args.rows + [baseline for baseline, (_, table) in TABLES.items()  # a table's own baseline
+                            if baseline not in args.rows + list(shared) and set(table) & set(args.rows)]
         for seed in range(1, args.seeds + 1):  # seed by seed: an interrupted study has whole seeds
-            for row in args.rows:
-                run = latest_per_seed(finished_runs(client, args.experiment)).get(row, {}).get(str(seed))
+            for row in rows:
+                run = latest_per_seed(finished_runs(client, args.experiment), args).get(row, {}).get(str(seed))
                 if run is None:
                     run = client.get_run(run_row(row, seed, args, dataset))
-                complete(run, args, device)
+                complete(run, args, device, shared)
         sys.stderr.write(f"[study] this invocation: {time.time() - started:.0f} s\n")
     text = tables(args)
     write_section(Path(args.out), text)

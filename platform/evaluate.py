@@ -109,7 +109,8 @@ def score_files(args) -> int:
         from platform.tracking.tables import format_table
 
         table = scoring.compare(hyp, baseline, ref, tokenize)
-        result["compare"] = {"baseline_bleu": float(table[0]["BLEU"]), "baseline_chrf": float(table[0]["chrF2"]),
+        base = scoring.score(baseline, ref, tokenize)
+        result["compare"] = {"baseline_bleu": round(base.bleu, 4), "baseline_chrf": round(base.chrf, 4),
                              **{f"{metric.lower().rstrip('2')}_p_{test}": float(table[1][f"{metric} p ({test})"])
                                 for metric in ("BLEU", "chrF2") for test in ("bs", "ar")}}
         print(f"{format_table(table)}\n\n({methods(tokenize)})", file=sys.stderr)

@@ -3,9 +3,12 @@ file to load the model (``mlflow.pyfunc.load_model``, ``mlflow models serve``), 
 ``code/`` directory (this repository's ``platform`` and ``models`` packages) on ``sys.path``.
 
 ``predict`` takes source sentences (a list of strings, or a one-column DataFrame): plain
-text, words separated by spaces as the training data was segmented, or one CoNLL-U block per
-sentence.  Models that read source trees parse plain text with the language's
-``platform.parse`` pipeline where the ``parse`` extra is installed.  It returns the
+text, or one CoNLL-U block per sentence.  Plain text is segmented (and, for models that read
+source trees, parsed) by the pipeline that segmented the training data, as ``platform.translate``
+does (``Trained.sentences_from_texts``); where the data arrived segmented, it is words separated
+by spaces, and tree models parse it with the language's ``platform.parse`` pipeline where the
+``parse`` extra is installed.  The recorded pipeline is loaded with the model, so a server
+without it fails at start, not at its first request.  It returns the
 translations, detokenized, in order; ``params`` ``beam`` and ``lenpen`` override the run's
 decoding as ``platform.translate``'s flags do.  ``platform.tracking.model.save`` stores this file
 in every model it writes.
@@ -53,6 +56,10 @@ class Translator(mlflow.pyfunc.PythonModel):
         from platform.inference import Trained
 
         self.trained = Trained.load(checkpoint=context.artifacts[CHECKPOINT])
+        if isinstance(self.trained.src_segmenter, dict):  # fail now, not at the first request
+            from platform.data.parsing import load_pipeline
+
+            load_pipeline(self.trained.src_segmenter["pipeline"])
 
     def predict(self, context, model_input: list[str], params: dict | None = None) -> list[str]:
         params = params or {}

@@ -40,16 +40,18 @@ from platform.data.parsing import PRE_SEGMENTED
 from platform.errors import InputError, UserError, run_cli
 from platform.flags import add_model_arguments
 from platform.inference import Trained
-from platform.training.metrics import detokenizer
+from platform.training.metrics import UNSPACED, detokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m platform.translate", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
-    parser.add_argument("--conllu", action="store_true", help="stdin is CoNLL-U (needed by tree models)")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--conllu", action="store_true",
+                      help="stdin is CoNLL-U (tree models whose data recorded no segmenter need it)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    parser.add_argument("--pre-segmented", action="store_true",
+    form.add_argument("--pre-segmented", action="store_true",
                         help="plain input is already segmented as the training data was (words separated by "
                              "spaces): do not run the data's segmenter on it")
     parser.add_argument("--buffer-size", type=int, default=1024, metavar="N",
@@ -139,14 +141,37 @@ def input_chunks(trained: Trained, args) -> Iterator[tuple[int, list]]:
     if args.conllu:
         yield 0, read_conllu_input()
         return
-    first = 0
+    first, warned = 0, False
     for lines in line_chunks(sys.stdin.buffer, args.buffer_size):
-        words = words_of(lines, first + 1)  # checked: UTF-8, no empty line
-        if segments(trained, args):
-            yield first, trained.sentences_from_texts([line.decode("utf-8") for line in lines])
-        else:
-            yield first, words
+        try:
+            words = words_of(lines, first + 1)  # checked: UTF-8, no empty line
+        except InputError as error:  # the lines before it are translated, then the run stops
+            good = words_of(lines[:error.line - first - 1], first + 1)
+            if good:
+                yield first, sentences_of(trained, args, good)
+            raise
+        if not warned and not segments(trained, args) and not args.pre_segmented:
+            warned = warn_if_unsegmented(trained, words)
+        yield first, sentences_of(trained, args, words)
         first += len(lines)
+
+
+def sentences_of(trained: Trained, args, words: list[list[str]]) -> list:
+    """Lines' words as the model reads them: through the data's segmenter, or as given."""
+    if segments(trained, args):
+        return trained.sentences_from_texts([" ".join(line) for line in words])
+    return words
+
+
+def warn_if_unsegmented(trained: Trained, words: list[list[str]]) -> bool:
+    """Say so (once) when a line of a language written without spaces comes as one long "word"
+    to a model whose data recorded no segmenter: it is surely raw text, read as one word."""
+    if trained.src_lang not in UNSPACED or not any(len(line) == 1 and len(line[0]) > 15 for line in words):
+        return False
+    print(f"warning: a {trained.src_lang} line without spaces, but this model's data recorded no segmenter (its "
+          "CoNLL-U came segmented): give input segmented as the training data was, or it is read as one word",
+          file=sys.stderr)
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -157,9 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                            tracking_uri=resolve_tracking_uri(args.tracking_uri) if args.run else None,
                            device=args.device, average_last=args.average_last)  # a --checkpoint needs no MLflow
     if trained.needs_trees and not args.conllu and not segments(trained, args):
-        raise UserError(f"{trained.config.model.name} reads source trees and its data recorded no segmenter to "
-                        "parse plain text with: give CoNLL-U on stdin with --conllu (python -m platform.parse "
-                        "makes it from raw text)")
+        why = ("with --pre-segmented" if args.pre_segmented
+               else "and its data recorded no segmenter to parse plain text with")
+        raise UserError(f"{trained.config.model.name} reads source trees {why}: give CoNLL-U on stdin with "
+                        "--conllu (python -m platform.parse makes it from raw text)")
     beam = trained.decoding(args.beam).beam
     if args.nbest is not None and not 1 <= args.nbest <= beam:
         raise UserError(f"--nbest {args.nbest} needs --beam ≥ {args.nbest} (beam search keeps --beam hypotheses; "

@@ -35,9 +35,10 @@ def sources(demo_dataset) -> list[str]:
     return list(Dataset.open(demo_dataset, with_dev=True).dev.texts["src_text"][:6])
 
 
-def test_a_line_written_is_translated_before_the_next_is_written(transformer_checkpoint, sources, capsys):
+def test_a_line_written_is_translated_before_the_next_is_written(transformer_checkpoint, sources, capsys,
+                                                                  monkeypatch):
     at_once = run_in_process(translate.main, ["--checkpoint", transformer_checkpoint], capsys,
-                             pytest.MonkeyPatch(), stdin="".join(line + "\n" for line in sources))
+                             monkeypatch, stdin="".join(line + "\n" for line in sources))
     assert at_once.returncode == 0 and len(at_once.stdout.splitlines()) == len(sources)
     process = subprocess.Popen([sys.executable, "-m", "platform.translate", "--checkpoint", str(transformer_checkpoint),
                                 "--buffer-size", "64"], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -88,4 +89,4 @@ def test_a_bad_line_stops_the_run_after_the_lines_before_it_were_written(transfo
     result = run_in_process(translate.main, ["--checkpoint", transformer_checkpoint, "--buffer-size", "2"],
                             capsys, monkeypatch, stdin=stdin)
     assert result.returncode == 2 and result.stderr.strip() == "error: <stdin>:4: empty line (one sentence per line)"
-    assert len(result.stdout.splitlines()) == 2  # the first chunk (lines 1-2) was translated and written
+    assert len(result.stdout.splitlines()) == 3  # lines 1-2 (a chunk) and 3, before the bad line of its chunk

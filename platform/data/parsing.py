@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from platform.errors import UserError
+from platform.errors import InputError, UserError
 
 DEFAULT_MODELS = {"ja": "ja_ginza"}
 SEGMENTER_COMMENT = "segmenter"
@@ -36,7 +36,7 @@ def read_segmenter(path: str | Path) -> Segmenter | str:
     """The ``# segmenter`` comment of a CoNLL-U file's first sentence, or ``PRE_SEGMENTED``."""
     from platform.data.storage import open_text_lines
 
-    for _, line in open_text_lines(path):
+    for number, line in open_text_lines(path):
         if not line.startswith("#"):
             break  # the first sentence's comments are over
         key, _, value = line[1:].partition("=")
@@ -46,7 +46,7 @@ def read_segmenter(path: str | Path) -> Segmenter | str:
             except json.JSONDecodeError:
                 found = None
             if not isinstance(found, dict) or not isinstance(found.get("pipeline"), str):
-                raise UserError(f"{path}: its # {SEGMENTER_COMMENT} comment is not the JSON platform.parse writes")
+                raise InputError(str(path), number, f"# {SEGMENTER_COMMENT} is not the JSON platform.parse writes")
             return found
     return PRE_SEGMENTED
 

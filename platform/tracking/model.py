@@ -65,7 +65,7 @@ def save(checkpoint: Path, directory: Path, example: str) -> dict[str, str]:
             str(directory), python_model=str(SERVING), artifacts={CHECKPOINT: str(slim)},
             code_paths=[str(Path(this_package.__file__).parent), str(Path(models.__file__).parent)],
             signature=infer_signature(source, ["translation"], params=params), input_example=(source, params),
-            pip_requirements=requirements())
+            pip_requirements=requirements(meta.get("segmentation", {}).get("src")))
     return {"model": config.model.name, "src_lang": meta["src_lang"], "tgt_lang": meta["tgt_lang"],
             "epoch": str(state["progress"]["epoch"]), "step": str(state["progress"]["step"])}
 
@@ -78,11 +78,17 @@ def flat_conllu(words: list[str]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def requirements() -> list[str]:
+def requirements(segmenter: dict | str | None = None) -> list[str]:
+    """The served model's pip requirements, pinned as installed here; with a recorded source
+    ``segmenter`` (``data.parsing``), spaCy and its pipeline's package too (e.g. ``ja-ginza``),
+    since the model segments plain input with it."""
     from importlib.metadata import PackageNotFoundError, version
 
     pinned = []
-    for name in REQUIREMENTS:
+    names = list(REQUIREMENTS)
+    if isinstance(segmenter, dict):
+        names += ["spacy", segmenter["pipeline"].replace("_", "-")]
+    for name in names:
         try:
             pinned.append(f"{name}=={version(name).split('+')[0]}")
         except PackageNotFoundError:

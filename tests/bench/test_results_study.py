@@ -84,10 +84,14 @@ def test_the_generated_section_replaces_only_itself(study, tmp_path):
 
 
 def log_study_run(client, experiment_id: str, row: str, seed: int, outputs: dict[str, list[str]], ref: list[str],
-                  scratch):
-    """A finished study run as ``run_row`` and ``complete`` leave one: tags, metrics, and per test
-    kind (``test``, ``test_as_omote2019-baseline``, ...) its scores and files."""
+                  scratch, study, args):
+    """A finished study run as ``run_row`` and ``complete`` leave one: tags, the params of the
+    config ``args`` train it with, metrics, and per test kind (``test``,
+    ``test_as_omote2019-baseline``, ...) its scores and files."""
+    from mlflow.entities import Param
     from sacrebleu.metrics import BLEU, CHRF
+
+    from platform.tracking.runs import run_params
 
     run = client.create_run(experiment_id, tags={"study_row": row, "seed": str(seed),
                                                  "test_sacrebleu_signature": "nrefs:1|case:mixed|tok:13a"})
@@ -96,11 +100,12 @@ def log_study_run(client, experiment_id: str, row: str, seed: int, outputs: dict
         client.log_metric(run_id, key, value)
     for step, value in ((250, 1.0 + seed), (500, 2.0 + seed)):
         client.log_metric(run_id, "dev_bleu", value, step=step)
-    client.log_param(run_id, "max_updates", "500")
+    params = run_params(study.row_config(row, seed, args), {})
+    client.log_batch(run_id, params=[Param(key, value) for key, value in params.items()])
     for kind, hyp in outputs.items():
         client.log_metric(run_id, f"{kind}_bleu", BLEU().corpus_score(hyp, [ref]).score)
         client.log_metric(run_id, f"{kind}_chrf", CHRF().corpus_score(hyp, [ref]).score)
-        out = scratch / f"{row.replace('/', '-')}-{seed}-{kind}"
+        out = scratch / f"{run_id}-{kind}"
         out.mkdir()
         for name, lines in (("hyp", hyp), ("ref", ref)):
             (out / f"{kind}.{name}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -119,14 +124,16 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     ref = [f"the cat {i} sat on the mat near the door" for i in range(40)]
     worse = [f"a dog {i} sat" for i in range(40)]  # far from the reference
     better = [line if i % 4 else f"the cat {i} sat" for i, line in enumerate(ref)]
+    args = study.build_parser().parse_args(["--tracking-uri", uri, "--out", str(tmp_path / "results.md"),
+                                            "--figure", str(tmp_path / "img" / "curves.png"), "--max-updates", "500"])
     for seed in (1, 2):
         # the baseline decoded as Deguchi (its own recipe) does badly, decoded as Omote (greedy) well
         log_study_run(client, experiment, "deguchi2019/baseline", seed,
-                      {"test": worse, "test_as_omote2019-baseline": ref}, ref, tmp_path)
-        log_study_run(client, experiment, "deguchi2019/enc+dec", seed, {"test": better}, ref, tmp_path)
-        log_study_run(client, experiment, "omote2019/dep+rel", seed, {"test": better}, ref, tmp_path)
-    args = study.build_parser().parse_args(["--tracking-uri", uri, "--out", str(tmp_path / "results.md"),
-                                            "--figure", str(tmp_path / "img" / "curves.png")])
+                      {"test": worse, "test_as_omote2019-baseline": ref}, ref, tmp_path, study, args)
+        log_study_run(client, experiment, "deguchi2019/enc+dec", seed, {"test": better}, ref, tmp_path, study, args)
+        log_study_run(client, experiment, "omote2019/dep+rel", seed, {"test": better}, ref, tmp_path, study, args)
+    other = study.build_parser().parse_args(["--max-updates", "800"])  # another budget: neither reused nor shown
+    log_study_run(client, experiment, "omote2019/dep+rel", 1, {"test": ref}, ref, tmp_path, study, other)
 
     def rows(text: str, title: str) -> dict[str, list[str]]:
         table = text.split(f"### {title}")[1].split("###")[0]
@@ -141,18 +148,23 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     greedy, deprel = omote["omote2019/baseline (the deguchi2019/baseline runs)"], omote["omote2019/dep+rel"]
     assert greedy[2] == deprel[2] == "greedy" and greedy[3].startswith("100.00")
     assert float(deprel[5]) < 0.01 and float(deprel[3].split(" ")[0]) < float(greedy[3].split(" ")[0])  # worse
+    assert deprel[3].endswith("± 0.00")  # its two seeds, not the perfect run of another budget
     assert "| 2.50 | 3.50 |" in text  # dev BLEU at updates 250 and 500, mean over seeds 1 and 2
     assert (tmp_path / "img" / "curves.png").stat().st_size > 1000
     assert "6 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
 
-    log_study_run(client, experiment, "deguchi2019/enc+dec", 3, {"test": better}, ref, tmp_path)  # no baseline seed 3
+    log_study_run(client, experiment, "deguchi2019/enc+dec", 3, {"test": better}, ref, tmp_path, study,
+                  args)  # no baseline seed 3
     assert rows(study.tables(args), "Deguchi")["deguchi2019/enc+dec"][1] == "2"  # tested on the seeds both ran
 
 
-def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs(study):
-    kinds = study.test_kinds("deguchi2019/baseline", 8)
+def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs_where_both_train_alike(study):
+    shared = study.decoded_as(study.build_parser().parse_args([]))
+    assert shared == {"omote2019/baseline": "deguchi2019/baseline"}  # at the cpu size: the same training
+    assert study.decoded_as(study.build_parser().parse_args(["--size", "paper"])) == {}  # 224 vs 256 sentences
+    kinds = study.test_kinds("deguchi2019/baseline", 8, shared)
     assert kinds == {"test": None, "test_avg5": None, "test_as_omote2019-baseline": "omote2019/baseline"}
-    assert study.test_kinds("omote2019/dep+rel", 1) == {"test": None}  # one validation: nothing to average
+    assert study.test_kinds("omote2019/dep+rel", 1, shared) == {"test": None}  # one validation: nothing to average
     assert study.decoding("omote2019/baseline") == "greedy" and study.decoding("deguchi2019/baseline") != "greedy"
     with pytest.raises(SystemExit, match="scored from its source"):
         study.main(["--rows", "omote2019/baseline"])
