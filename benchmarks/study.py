@@ -269,18 +269,11 @@ def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str]) -> di
     return {row: seeds for row, seeds in scored.items() if seeds}
 
 
-def test_outputs(client, scored: Scored, directory: Path) -> dict[str, list[str]]:
-    """The run's test files of the row's kind (``hyp``, ``ref``, ...) as lines."""
-    local = Path(client.download_artifacts(scored.run.info.run_id, f"{scored.kind}/test",
-                                           str(directory / scored.run.info.run_id)))
-    return {p.name.split(".", 1)[1]: p.read_text(encoding="utf-8").splitlines() for p in local.iterdir()}
-
-
 def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], scratch: Path,
                 shared: dict[str, str]) -> str:
     """One paper's rows that ran: scores over seeds and the paired tests against ``baseline`` on
     the seeds both ran, their outputs concatenated in seed order."""
-    from platform.tracking.significance import logged_tokenizer, methods, significance_table
+    from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs
     from platform.tracking.tables import format_table, mean_std
 
     ran = [row for row in rows if by_row.get(row)]
@@ -292,7 +285,7 @@ def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[s
     for row in ran:
         seeds = sorted(set(by_row[row]) & set(by_row[baseline]), key=int)
         entries = [by_row[row][seed] for seed in seeds]
-        outputs = [test_outputs(client, entry, scratch) for entry in entries]
+        outputs = [test_outputs(client, entry.run.info.run_id, scratch, entry.kind) for entry in entries]
         hypotheses.append([line for out in outputs for line in out["hyp"]])
         references.append([line for out in outputs for line in out["ref"]])
 

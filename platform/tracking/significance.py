@@ -79,9 +79,10 @@ def significance_table(rows: list[dict[str, Any]], hypotheses: list[list[str]], 
     return table
 
 
-def test_outputs(client, run_id: str, directory: Path) -> dict[str, list[str]] | None:
-    """A run's logged test files (``hyp``, ``ref``, ``tok.hyp``, ...) as lines, or None."""
-    tests = [a.path for a in client.list_artifacts(run_id, "test")]
+def test_outputs(client, run_id: str, directory: Path, kind: str = "test") -> dict[str, list[str]] | None:
+    """A run's logged test files (``hyp``, ``ref``, ``tok.hyp``, ...) of ``kind`` (``test``,
+    ``test_avg5``, ...) as lines, or None."""
+    tests = [a.path for a in client.list_artifacts(run_id, kind)]
     if not tests:
         return None
     local = Path(client.download_artifacts(run_id, tests[0], str(directory / run_id)))
