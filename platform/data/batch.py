@@ -18,6 +18,11 @@ HEAD_COLUMNS = ("src_heads", "tgt_heads")  # values are positions in the sentenc
 PAD_VALUES = {"src_ids": PAD_ID, "tgt_ids": PAD_ID, "src_depth": 0, "tgt_depth": 0}  # others: -1
 
 
+def round_up(value: int, multiple: int) -> int:
+    """``value`` rounded up to a multiple of ``multiple`` (a batch dimension's bucket)."""
+    return -(-value // multiple) * multiple
+
+
 @dataclass
 class Batch:
     """Padded, batch-first tensors of one batch (``B`` sentences, ``S``/``T`` longest lengths).

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from platform.data.batch import LIST_COLUMNS, PAD_VALUES, TEXT_COLUMNS, Batch
+from platform.data.batch import LIST_COLUMNS, PAD_VALUES, TEXT_COLUMNS, Batch, round_up
 from platform.data.packing import collate_packed
 
 
@@ -61,10 +61,12 @@ class ParquetExamples:
         offsets = self.offsets[name]
         return self.values[name][offsets[index]:offsets[index + 1]]
 
-    def collate(self, indices: Sequence[int]) -> Batch:
+    def collate(self, indices: Sequence[int], bucket: int = 1) -> Batch:
+        """The sentences ``indices``, one per row, padded to the longest of each side rounded
+        up to a multiple of ``bucket``."""
         indices = np.asarray(indices, dtype=np.int64)
         src_len, tgt_len = self.src_lengths[indices], self.tgt_lengths[indices]
-        longest_src, longest_tgt = int(src_len.max()), int(tgt_len.max())
+        longest_src, longest_tgt = round_up(int(src_len.max()), bucket), round_up(int(tgt_len.max()), bucket)
         padded = {}
         for name in LIST_COLUMNS:
             width = {"src": longest_src, "tgt": longest_tgt}[name[:3]]
@@ -131,6 +133,9 @@ class BatchingConfig:
     # None: wherever the model can (the Transformer family), resolved when the config is loaded
     pack: bool | None = None
     pack_width: int = 32  # positions per packed row at least (a batch's longest sentence sets the width)
+    # pad each batch's rows (packed) and lengths up to a multiple of this, so a compiled step
+    # (``TrainConfig.compile``) sees a few shapes rather than one per batch; 1: no padding
+    bucket: int = 1
     shuffle: bool = True
     seed: int = 1
     prefetch: int = 2  # updates collated ahead by a thread (0: on the training thread); no change to the order
@@ -147,6 +152,8 @@ class BatchingConfig:
             raise ValueError(f"update_freq must be ≥ 1, got {self.update_freq}")
         if self.pack_width < 1:
             raise ValueError(f"pack_width must be positive, got {self.pack_width}")
+        if self.bucket < 1:
+            raise ValueError(f"bucket must be positive, got {self.bucket}")
         if self.global_tokens is not None:
             if self.global_tokens < 1:
                 raise ValueError(f"global_tokens must be positive, got {self.global_tokens}")
@@ -219,8 +226,8 @@ class ShardedBatches:
         while self.next_batch < len(batches):
             indices = batches[self.next_batch]
             self.next_batch += 1
-            yield (collate_packed(self.examples, indices, self.config.pack_width) if self.config.pack
-                   else self.examples.collate(indices))
+            yield (collate_packed(self.examples, indices, self.config.pack_width, self.config.bucket)
+                   if self.config.pack else self.examples.collate(indices, self.config.bucket))
         self.epoch, self.next_batch = self.epoch + 1, 0
 
     def set_epoch(self, epoch: int) -> None:

@@ -12,17 +12,22 @@ import numpy as np
 import torch
 
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, Packing
-from platform.data.batch import HEAD_COLUMNS, LIST_COLUMNS, PAD_VALUES, Batch, PackedRows
+from platform.data.batch import HEAD_COLUMNS, LIST_COLUMNS, PAD_VALUES, Batch, PackedRows, round_up
 
 if TYPE_CHECKING:
     from platform.data.batching import ParquetExamples
 
 
-def collate_packed(examples: ParquetExamples, indices: Sequence[int], width: int) -> Batch:
+def collate_packed(examples: ParquetExamples, indices: Sequence[int], width: int, bucket: int = 1) -> Batch:
     """The sentences of ``indices`` packed into rows of at most ``width`` source and target
     positions (wider where one sentence is), first fit in decreasing length: a row holds
     sentences back to back, each with its target in the same row (``PackedRows``).  The
-    per-sentence fields (``indices``, lengths, texts) list the sentences in row order."""
+    per-sentence fields (``indices``, lengths, texts) list the sentences in row order.
+
+    ``bucket``: the rows and each side's width are padded up to a multiple of it.  An added row
+    holds no sentence, only a padding token at position 0 marked as a sentence of its own on both
+    sides, so its queries have a key to attend (a row with none would give NaN) and it adds
+    nothing to the loss (its targets are padding)."""
     indices = np.asarray(indices, dtype=np.int64)
     src_len, tgt_len = examples.src_lengths[indices], examples.tgt_lengths[indices] + 1  # + EOS / BOS
     rows = _first_fit(src_len, tgt_len, max(width, int(src_len.max()), int(tgt_len.max())))
@@ -30,7 +35,9 @@ def collate_packed(examples: ParquetExamples, indices: Sequence[int], width: int
     indices, src_len, tgt_len = indices[order], src_len[order], tgt_len[order]
     row = np.repeat(np.arange(len(rows)), [len(members) for members in rows])  # [N] each sentence's row
     first = np.searchsorted(row, row)  # [N] the row's first sentence
-    layout = {"src": _Spans(src_len, row, first), "tgt": _Spans(tgt_len, row, first)}
+    shape_rows = round_up(len(rows), bucket)
+    layout = {side: _Spans(lengths, row, first, rows=shape_rows, bucket=bucket)
+              for side, lengths in (("src", src_len), ("tgt", tgt_len))}
     words = {"src": layout["src"], "tgt": _Spans(tgt_len - 1, row, first, layout["tgt"].start)}  # targets without EOS
     columns = {name: _packed_column(examples, name, indices, words[name[:3]], layout[name[:3]].shape)
                for name in LIST_COLUMNS if name != "src_tree_parent"}
@@ -40,7 +47,7 @@ def collate_packed(examples: ParquetExamples, indices: Sequence[int], width: int
                        tgt_in=torch.from_numpy(tgt_in), tgt_out=tensors["tgt_ids"])
     return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
                  tgt_lengths=torch.from_numpy(tgt_len - 1),
-                 src_tree_parent=torch.full((len(rows), 1), -1, dtype=torch.int64),
+                 src_tree_parent=torch.full((shape_rows, 1), -1, dtype=torch.int64),
                  src_text=[examples.texts["src_text"][i] for i in indices],
                  tgt_text=[examples.texts["tgt_text"][i] for i in indices], rows=rows_, **tensors)
 
@@ -60,13 +67,15 @@ class _Spans:
     """Where the sentences of a packed batch sit on one side: sentence i (in row order, in row
     ``row[i]``) takes ``lengths[i]`` positions from ``start[i]``; ``rows_cols`` index them all."""
 
-    def __init__(self, lengths: np.ndarray, row: np.ndarray, first: np.ndarray, start: np.ndarray | None = None):
+    def __init__(self, lengths: np.ndarray, row: np.ndarray, first: np.ndarray, start: np.ndarray | None = None,
+                 rows: int | None = None, bucket: int = 1):
         self.lengths = lengths
         ends = np.cumsum(lengths)
         if start is None:  # back to back within each row
             start = ends - lengths - (ends - lengths)[first]
         self.start = start
-        self.shape = (int(row[-1]) + 1, int((start + lengths).max()))  # [R, width]
+        self.real_rows = int(row[-1]) + 1
+        self.shape = (rows or self.real_rows, round_up(int((start + lengths).max()), bucket))  # [R, width]
         self.within = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)  # position in the sentence
         self.rows_cols = (np.repeat(row, lengths), np.repeat(start, lengths) + self.within)
         self.number = np.repeat(np.arange(len(row)) - first, lengths)  # each position's sentence in its row
@@ -75,6 +84,7 @@ class _Spans:
         """The models' view: each position's sentence (-1 on padding) and its position in it."""
         sentence, position = np.full(self.shape, -1, dtype=np.int64), np.zeros(self.shape, dtype=np.int64)
         sentence[self.rows_cols], position[self.rows_cols] = self.number, self.within
+        sentence[self.real_rows:, 0] = 0  # an added row: one padding token, a sentence of its own
         return Packing(sentence=torch.from_numpy(sentence), position=torch.from_numpy(position))
 
 

@@ -97,6 +97,9 @@ class TrainConfig:
     patience: int | None = None  # stop after this many validations without a better best_metric
     keep_last_epochs: int = 5  # weights of the last N epochs, for evaluate --average-last (0: none)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 or fp16 by the GPU, fp32 on CPU
+    # torch.compile of the training forward and loss (step.compiled); reduce-overhead: with CUDA
+    # graphs.  Pair it with batching.bucket (e.g. 8) so batches come in a few shapes
+    compile: Literal["off", "default", "reduce-overhead"] = "off"
     seed: int = 1
 
     def __post_init__(self) -> None:

@@ -33,7 +33,7 @@ from platform.training.config import TrainConfig
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
 from platform.training.metrics import SHOWN, shown
-from platform.training.step import Diverged, build_training, train_step
+from platform.training.step import Diverged, build_training, compile_count, compiled, train_step
 
 
 class Hooks:
@@ -118,7 +118,8 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
         log(f"resumed from epoch {progress['epoch']} (update {progress['step']})")
     elif init is not None:
         warm_start(init, model, optimizer, scheduler)
-    run = _Run(model, hooks.wrap(model), optimizer, scheduler, sampler, config, ctx, hooks, dataset, progress, log)
+    run = _Run(model, compiled(hooks.wrap(model), config.compile), optimizer, scheduler, sampler, config, ctx, hooks,
+               dataset, progress, log)
     if state is None and init is not None:
         run.validate_start(init["source"])
     run.window.started_at = started_at
@@ -199,6 +200,7 @@ class _Run:
         self.start_step = progress["step"]
         self.reader: Prefetched | ShardedBatches = sampler  # where the batch position is read (checkpoints)
         self.waited = 0.0  # the reader's wait_s at the last update
+        self.shapes: set[tuple] = set()  # the batch shapes trained on (compiled: each may compile)
 
     # --- the loop
     def train(self) -> None:
@@ -242,6 +244,7 @@ class _Run:
         if self.window.started_at is not None and self.window.first_step_at is None:
             self.window.first_step_at = time.time()
         waited, self.waited = self.reader.wait_s - self.waited, self.reader.wait_s
+        self.shapes.update((tuple(b.src_ids.shape), tuple(b.tgt_ids.shape)) for b in batches)
         try:
             result = train_step(self.trained, self.optimizer, self.scheduler, batches, self.config, self.ctx)
         except Diverged as error:
@@ -347,7 +350,9 @@ class _Run:
         window = self.window
         metrics = {"epoch": self.epoch_number(), "step": self.progress["step"], **window.metrics(),
                    "update_freq": self.sampler.update_freq, "lr": self.scheduler.get_last_lr()[0],
-                   "steps_s": time.perf_counter() - window.began}
+                   "steps_s": time.perf_counter() - window.began, "batch_shapes": len(self.shapes)}
+        if self.config.compile != "off":
+            metrics["compiles"] = compile_count()
         if window.first_step_at is not None and window.started_at is not None:
             metrics["first_step_at"] = window.first_step_at
             metrics["startup_s"] = max(0.0, window.first_step_at - window.started_at)

@@ -78,11 +78,22 @@ def parse_targets(batch: Batch, model_config) -> tuple[Tensor, Tensor]:
     return encoder_parse_targets(batch.src_heads), decoder_parse_targets(batch.tgt_heads, supervise)
 
 
-def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float, model_config) -> LossSums:
-    logits = output.logits.float().reshape(-1, output.logits.shape[-1])  # [B·T, V]
-    targets = tgt_out.reshape(-1)
+def token_losses(logits: Tensor, targets: Tensor, label_smoothing: float) -> tuple[Tensor, Tensor]:
+    """Summed label-smoothed cross-entropy and plain NLL of [B, T, V] ``logits`` (any dtype:
+    computed in float32) against [B, T] ``targets``, padding ignored."""
+    logits = logits.float().reshape(-1, logits.shape[-1])  # [B·T, V]
+    targets = targets.reshape(-1)
     token_loss = F.cross_entropy(logits, targets, ignore_index=PAD_ID, label_smoothing=label_smoothing, reduction="sum")
     token_nll = F.cross_entropy(logits.detach(), targets, ignore_index=PAD_ID, reduction="sum")
+    return token_loss, token_nll
+
+
+def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float, model_config,
+              token_fn=token_losses) -> LossSums:
+    """The loss terms' sums and counts of one batch; ``token_fn``: ``token_losses`` or its
+    compiled form (``step.compiled_token_losses``)."""
+    token_loss, token_nll = token_fn(output.logits, tgt_out, label_smoothing)
+    targets = tgt_out.reshape(-1)
     zero = token_loss.new_zeros(())
     enc_targets, dec_targets = parse_targets(batch, model_config)
     enc_loss, enc_count = _parse_loss(output.enc_parse_logprobs, enc_targets, zero)
@@ -90,12 +101,14 @@ def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothin
     return LossSums(token_loss, token_nll, (targets != PAD_ID).sum(), enc_loss, enc_count, dec_loss, dec_count)
 
 
-def loss_counts(batch: Batch, model_config) -> Tensor:
+def loss_counts(batch: Batch, model_config, num_tokens: int | None = None) -> Tensor:
     """[3] float: target tokens (incl. EOS), supervised encoder and decoder parse positions of
     ``batch`` — the counts ``loss_sums`` finds, known before the forward pass, so an update that
-    accumulates several batches normalises each by the whole update's counts."""
+    accumulates several batches normalises each by the whole update's counts.  ``num_tokens``:
+    the batch's target tokens where the caller counted them (``batch.num_tokens``) on the host."""
     enc_targets, dec_targets = parse_targets(batch, model_config)
-    return torch.stack([torch.as_tensor(batch.num_tokens, device=enc_targets.device),
+    num_tokens = batch.num_tokens if num_tokens is None else num_tokens
+    return torch.stack([torch.as_tensor(num_tokens, device=enc_targets.device),
                         (enc_targets != IGNORE_INDEX).sum(), (dec_targets != IGNORE_INDEX).sum()]).float()
 
 

@@ -7,6 +7,7 @@ Imports torch, ``models/`` and the configs only, so ``platform.bench`` times exa
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from torch import nn
 from models import build_model
 from platform.training.config import OptimConfig, TrainConfig
 from platform.training.context import Context, seed_everything
-from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing
+from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing, token_losses
 
 if TYPE_CHECKING:
     from platform.data.batch import Batch
@@ -70,6 +71,29 @@ def build_training(config: TrainConfig, src_vocab: int, tgt_vocab: int, ctx: Con
     return (model, *build_optimizer(model, config.optim))
 
 
+def compiled(model: nn.Module, setting: str) -> nn.Module:
+    """The model as ``TrainConfig.compile`` trains it: itself (``off``), or ``torch.compile`` in
+    that mode (``reduce-overhead`` also replays CUDA graphs, one per batch shape).  Compiled,
+    a new batch shape costs a compilation until torch.compile makes the changing dimensions
+    dynamic (its automatic dynamic shapes), so ``batching.bucket`` keeps the shapes few."""
+    if setting == "off":
+        return model
+    return torch.compile(model, mode=setting)
+
+
+@functools.cache
+def compiled_token_losses():
+    """``loss.token_losses`` compiled: the float32 cast, log-softmax and both sums fused."""
+    return torch.compile(token_losses)
+
+
+def compile_count() -> int:
+    """Graphs torch.compile has compiled in this process (recompilations included)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 @dataclass
 class StepResult:
     loss: float  # combined loss per target token (this rank's estimate)
@@ -90,24 +114,30 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     ``loss.combine``), so the gradient does not depend on how the update is split into ranks and
     batches.  DDP synchronises only on the last batch's backward."""
     model.train()
+    batches = [batches] if not isinstance(batches, Sequence) else batches
+    tokens = [batch.num_tokens for batch in batches]  # counted on the host: no wait for the device
     batches = [batch.to(ctx.device, non_blocking=True)  # overlaps the copy where the batch is pinned (CUDA)
-               for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
-    global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches).to(ctx.device))
+               for batch in batches]
+    global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model, count)
+                                       for batch, count in zip(batches, tokens)).to(ctx.device))
     optimizer.zero_grad(set_to_none=True)
-    total, nonfinite = 0.0, torch.zeros((), device=ctx.device)
+    total = nonfinite = torch.zeros((), device=ctx.device)
     for index, batch in enumerate(batches):
         with _sync_gradients(model, index == len(batches) - 1):
             loss, bad = _batch_loss(model, batch, global_counts, config, ctx)
             (ctx.scaler.scale(loss) if ctx.scaler is not None else loss).backward()
-        total, nonfinite = total + float(loss.detach()), torch.maximum(nonfinite, bad)
+        total, nonfinite = total + loss.detach().float(), torch.maximum(nonfinite, bad)
     # every rank learns how many saw a non-finite loss, so all stop at the same update (a rank
     # raising alone would leave the others waiting in DDP's next collective)
-    bad_ranks = int(ctx.all_reduce(nonfinite.reshape(1))[0])
-    if bad_ranks or not math.isfinite(total):
-        raise Diverged(f"loss became {total} on {max(bad_ranks, 1)} of {ctx.world_size} rank(s)")
+    bad_ranks = ctx.all_reduce(nonfinite.reshape(1))
     if ctx.scaler is not None:  # fp16: clip the true gradients; an update whose gradients overflowed is skipped
         ctx.scaler.unscale_(optimizer)
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip_norm or float("inf"))
+    # the update's one wait for the device: what it reports and whether it diverged, read together
+    # before the optimizer step is queued (which then overlaps the next update's batch on the host)
+    bad_count, total, tokens, norm = torch.stack([bad_ranks[0], total, global_counts[0], norm.float()]).tolist()
+    if bad_count or not math.isfinite(total):
+        raise Diverged(f"loss became {total} on {max(int(bad_count), 1)} of {ctx.world_size} rank(s)")
     if ctx.scaler is not None:
         ctx.scaler.step(optimizer)
         ctx.scaler.update()
@@ -115,7 +145,7 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
         optimizer.step()
     scheduler.step()
     # this rank's loss × world size / global count: the global mean when the ranks' shares are even
-    return StepResult(loss=total, num_tokens=int(global_counts[0]), grad_norm=float(norm))
+    return StepResult(loss=total, num_tokens=int(tokens), grad_norm=norm)
 
 
 def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, config: TrainConfig,
@@ -125,7 +155,8 @@ def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, con
     tgt_in, tgt_out = teacher_forcing(batch)
     with torch.autocast(ctx.device.type, dtype=ctx.amp_dtype or torch.bfloat16, enabled=ctx.autocast):
         output = forward(model, batch, tgt_in)
-    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
+    token_fn = token_losses if config.compile == "off" else compiled_token_losses()
+    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model, token_fn)
     return (combine(sums, global_counts, config.model, ctx.world_size),
             sums.nonfinite(config.model.parse_supervision()))
 

@@ -267,11 +267,11 @@ def test_a_collation_error_in_the_thread_is_raised_where_the_updates_are_taken(e
     sampler = ShardedBatches(examples, BatchingConfig(max_tokens=600))
     calls = []
 
-    def failing(indices):
+    def failing(indices, bucket=1):
         calls.append(indices)
         if len(calls) == 2:
             raise ValueError("bad row")
-        return type(examples).collate(examples, indices)
+        return type(examples).collate(examples, indices, bucket)
 
     monkeypatch.setattr(examples, "collate", failing)
     reader = Prefetched(sampler, 2)
