@@ -395,12 +395,12 @@ def tables(args) -> str:
     return "\n".join(sections)
 
 
-def write_section(path: Path, text: str) -> None:
+def write_section(path: Path, text: str, begin: str = BEGIN, end: str = END) -> None:
     """Replace what stands between the markers of ``path`` (appended where it has none)."""
-    block = f"{BEGIN}\n\n{text}\n{END}"
+    block = f"{begin}\n\n{text}\n{end}"
     old = path.read_text(encoding="utf-8") if path.exists() else ""
-    if BEGIN in old and END in old:
-        new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
+    if begin in old and end in old:
+        new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
     else:
         new = f"{old.rstrip()}\n\n{block}\n" if old else f"{block}\n"
     path.parent.mkdir(parents=True, exist_ok=True)

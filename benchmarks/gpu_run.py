@@ -1,0 +1,415 @@
+"""The platform's training loop and the study of the papers on one GPU, in one prepared run
+(docs/performance.md, "Compiled training in the real loop"; docs/results.md, "On a GPU").
+
+    python benchmarks/gpu_run.py all --out-dir OUT          # on the GPU machine: loop, then study, in --minutes
+    python benchmarks/gpu_run.py loop --out-dir OUT         # paper-size MFU in the real loop: eager vs compiled
+    python benchmarks/gpu_run.py study --out-dir OUT        # the study's rows x seeds, all at once on the GPU
+    python benchmarks/gpu_run.py table --results OUT/study.json   # the GPU rows into docs/results.md
+
+``loop`` trains each (row, compile mode) for ``--warmup`` + ``--updates`` updates through
+``platform.training.loop.fit`` itself (prefetch thread, pinned batches, ``train_step``, reports),
+each in a process of its own, and takes the target tokens/s of the updates after the warm-up from
+the loop's own report.  Model FLOPs per target token are the baseline Transformer's work on the
+epoch's real sentences (``transformer_train_flops`` per sentence: padding and the masked parts of
+packed rows are not counted), so MFU = tokens/s x FLOPs per token / the GPU's dense bf16 peak.
+
+``study`` trains ``benchmarks/study.py``'s rows and seeds at its size and budget (one process per
+run, all at once on the GPU, float32 as on the CPU) and decodes the test set as the CPU study
+does: the best checkpoint, the last validations' weights averaged, and the baseline as the Omote
+rows decode.  ``table`` (here, on the CPU) turns its JSON into the GPU table of docs/results.md.
+Needs torch, pyarrow, sentencepiece and sacrebleu, not Ray, MLflow or Optuna;
+``GPU_RUN_DEVICE=cpu`` dry-runs it on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
+sys.path.insert(1, str(ROOT / "benchmarks"))
+
+DEVICE = os.environ.get("GPU_RUN_DEVICE", "cuda")
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by the datasheets
+LOOP_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel"]
+BASELINE = LOOP_ROWS[0]
+GPU_BEGIN, GPU_END = "<!-- GPU_STUDY_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- GPU_STUDY_END -->"
+
+
+def log(message: str) -> None:
+    print(f"[gpu_run {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ------------------------------------------------------------------------------ loop: MFU of the real loop
+
+
+def loop_config(row: str, mode: str, args):
+    """The row's recipe at the paper size with a GPU's batch (``--max-tokens`` per update, no
+    sentence cap, ``--bucket``), compiled as ``mode``; a report after the warm-up, one at the end."""
+    from platform.training.config import resolve_config
+    from platform.training.recipes import get_recipe
+
+    total = args.warmup + args.updates
+    settings = {"batching.max_sentences": None, "batching.max_tokens": args.max_tokens,
+                "batching.pack_width": args.pack_width, "batching.bucket": args.bucket, "compile": mode,
+                "save_every": args.warmup,
+                "validate_every": total, "keep_last_epochs": 0, "eval.max_sentences": 16, "log_every": 0}
+    return resolve_config(get_recipe(row).model, "paper", recipe=row, max_updates=total,
+                          overrides=[f"{key}={json.dumps(value)}" for key, value in settings.items()])
+
+
+def flops_per_token(args) -> float:
+    """The baseline's training FLOPs per target token (EOS included) over the training split:
+    every sentence's own matmuls and attention squares, as ``transformer_train_flops`` counts."""
+    import numpy as np
+
+    from platform.bench.models import transformer_train_flops
+    from platform.data.dataset import PreparedDataset
+
+    dataset = PreparedDataset.open(args.data)
+    config = loop_config("deguchi2019/baseline", "off", args).model
+    src = dataset.train.src_lengths.astype(np.float64)
+    tgt = dataset.train.tgt_lengths.astype(np.float64) + 1
+    flops = transformer_train_flops(config, 1, src, tgt, dataset.meta["vocab_size"]["tgt"])
+    return float(np.sum(flops) / np.sum(tgt))
+
+
+def peak_flops() -> float:
+    import torch
+
+    if DEVICE != "cuda":
+        return 1e12  # a dry run: any number
+    name = torch.cuda.get_device_name()
+    return next((peak for key, peak in PEAK_BF16.items() if key in name), 989e12)
+
+
+def loop_one(args) -> dict:
+    """One (row, mode) through ``fit``: the report after the warm-up and the final one."""
+    import torch
+
+    from platform.data.dataset import PreparedDataset
+    from platform.training.context import Context, chosen_precision
+    from platform.training.loop import Hooks, fit
+
+    reports: list[dict] = []
+
+    class Reports(Hooks):
+        def report(self, metrics, state, evaluation, is_best, final=False) -> None:
+            reports.append(dict(metrics))
+
+    config = loop_config(args.row, args.mode, args)
+    began = time.perf_counter()
+    fit(config, PreparedDataset.open(args.data), Context(device=torch.device(DEVICE)), Reports(), log=lambda m: None)
+    warm, timed = reports[0], reports[-1]
+    return {"row": args.row, "model": config.model.name, "compile": args.mode, "tokens_per_s": timed["tokens_per_s"],
+            "timed_updates": args.updates, "timed_s": timed["steps_s"], "warmup_s": warm["steps_s"],
+            "compiles_after_warmup": warm.get("compiles", 0), "compiles": timed.get("compiles", 0),
+            "batch_shapes": timed["batch_shapes"], "tokens_per_update": timed["tokens_per_update"],
+            "precision": chosen_precision(config.precision, torch.device(DEVICE)),
+            "wall_s": time.perf_counter() - began,
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else 0.0}
+
+
+def loop_plan(results: list[dict]):
+    """The next (row, mode) to run after ``results``, or None: the baseline eager and with CUDA
+    graphs, the plain compiled baseline next if the graphs failed, the syntax rows eager, the plain
+    compiled baseline, then the syntax rows in the baseline's best compiled mode."""
+    done = {(r["row"], r["compile"]) for r in results}
+    ok = {(r["row"], r["compile"]): r["mfu"] for r in results if "mfu" in r}
+    compiled = {mode: mfu for (row, mode), mfu in ok.items() if row == BASELINE and mode != "off"}
+    best = max(compiled, key=compiled.get) if compiled else None
+    plan = [(BASELINE, "off"), (BASELINE, "reduce-overhead")]
+    plan += [(BASELINE, "default")] if (BASELINE, "reduce-overhead") not in ok else []
+    plan += [(row, "off") for row in LOOP_ROWS[1:]] + [(BASELINE, "default")]
+    plan += [(row, best) for row in LOOP_ROWS[1:] if best]
+    return next((step for step in plan if step not in done), None)
+
+
+def loop(args) -> dict:
+    """``loop_plan`` run by run in fresh processes until ``args.deadline`` (a time.time())."""
+    per_token, peak = flops_per_token(args), peak_flops()
+    results: dict = {"flops_per_token": per_token, "peak_flops": peak, "max_tokens": args.max_tokens,
+                     "pack_width": args.pack_width, "bucket": args.bucket, "warmup": args.warmup,
+                     "updates": args.updates, "runs": []}
+    while (step := loop_plan(results["runs"])) is not None:
+        row, mode = step
+        left = args.deadline - time.time()
+        if left < args.min_run_s:
+            log(f"loop: {left:.0f} s left, stopping before {row} {mode}")
+            break
+        entry = {"row": row, "compile": mode, **worker(["loop-one", "--row", row, "--mode", mode, *loop_flags(args)],
+                                                       left, args)}
+        if "tokens_per_s" in entry:
+            entry["tflops"] = entry["tokens_per_s"] * per_token / 1e12
+            entry["mfu"] = entry["tokens_per_s"] * per_token / peak
+            log(f"loop {row:<22} {mode:<16} {entry['tokens_per_s']:>10,.0f} tok/s  {entry['tflops']:6.1f} TFLOP/s  "
+                f"MFU {entry['mfu']:.1%}  compiles {entry['compiles_after_warmup']}→{entry['compiles']}  "
+                f"shapes {entry['batch_shapes']}  warm-up {entry['warmup_s']:.0f} s  "
+                f"{entry['peak_memory_gib']:.1f} GiB")
+        results["runs"].append(entry)
+        write_json(args.out_dir / "loop.json", results)
+    return results
+
+
+def loop_flags(args) -> list[str]:
+    return ["--data", args.data, "--warmup", str(args.warmup), "--updates", str(args.updates),
+            "--max-tokens", str(args.max_tokens), "--pack-width", str(args.pack_width), "--bucket", str(args.bucket)]
+
+
+def worker(command: list[str], timeout: float, args) -> dict:
+    """This script's ``command`` in a process of its own: its JSON result, or why it has none."""
+    started = time.time()
+    try:
+        done = subprocess.run([sys.executable, __file__, *command], capture_output=True, text=True, timeout=timeout,
+                              cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        log(f"{' '.join(command[:5])} timed out after {timeout:.0f} s")
+        return {"command": command, "failed": f"timed out after {timeout:.0f} s"}
+    if done.returncode:
+        log(f"{' '.join(command[:5])} failed after {time.time() - started:.0f} s:\n{done.stderr[-3000:]}")
+        return {"command": command, "failed": done.stderr[-3000:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_json(path: Path, value) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=1))
+
+
+# ------------------------------------------------------------------------------ study: rows x seeds at once
+
+
+def study_args(args) -> SimpleNamespace:
+    """What ``benchmarks/study.py``'s config functions read: its size and budget."""
+    return SimpleNamespace(size="cpu", max_updates=args.max_updates, epoch_updates=args.epoch_updates)
+
+
+def study_one(args) -> dict:
+    """Train one (row, seed) with the study's config (float32), then score it on test in every
+    way the CPU study scores that row (``study.test_kinds``)."""
+    import dataclasses
+
+    import torch
+
+    import study
+    from platform.data.dataset import PreparedDataset
+    from platform.inference import Trained, write_outputs
+    from platform.training.config import TrainConfig
+    from platform.training.context import Context
+    from platform.training.loop import LocalHooks, fit
+    from platform.training.recipes import get_recipe
+
+    budget = study_args(args)
+    config: TrainConfig = dataclasses.replace(study.row_config(args.row, args.seed, budget), precision="fp32")
+    directory = Path(args.work) / f"{study.slug(args.row)}-s{args.seed}"
+    directory.mkdir(parents=True, exist_ok=True)
+    hooks = LocalHooks(directory)
+    began = time.perf_counter()
+    fit(config, PreparedDataset.open(args.data), Context(device=torch.device(DEVICE)), hooks, log=lambda m: None)
+    trained_s = time.perf_counter() - began
+    validations = args.max_updates // args.epoch_updates
+    tests = {}
+    for kind, decoded_as in study.test_kinds(args.row, validations, study.decoded_as(budget)).items():
+        average = int(kind[len("test_avg"):]) if kind.startswith("test_avg") else None
+        trained = Trained.load(checkpoint=directory / "best.pt", device=DEVICE, average_last=average)
+        decode = get_recipe(decoded_as).training if decoded_as else {}
+        result, references = trained.score(args.test, beam=decode.get("decode.beam"), alpha=decode.get("decode.alpha"),
+                                           device=DEVICE, metric_prefix=kind)
+        write_outputs(directory / kind, result.hypotheses, references, trained.tgt_lang)
+        tests[kind] = {"metrics": result.metrics, "signature": result.signature,
+                       **{side: (directory / f"{kind}.{side}").read_text(encoding="utf-8").splitlines()
+                          for side in ("hyp", "ref")}}
+    num_parameters = sum(p.numel() for p in trained.model.parameters())
+    return {"row": args.row, "seed": args.seed, "history": hooks.reported, "train_s": trained_s,
+            "wall_s": time.perf_counter() - began, "num_parameters": num_parameters, "tests": tests,
+            "precision": config.precision}
+
+
+def study_run(args) -> dict:
+    """Every (row, seed) at once, each in its own process on the one GPU, until the deadline."""
+    import study
+
+    runs = [(row, seed) for row in args.rows for seed in range(1, args.seeds + 1)]
+    work = Path(args.work)
+    began = time.time()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    processes = {}
+    for row, seed in runs:
+        command = [sys.executable, __file__, "study-one", "--row", row, "--seed", str(seed), "--data", args.data,
+                   "--test", args.test, "--work", str(work), "--max-updates", str(args.max_updates),
+                   "--epoch-updates", str(args.epoch_updates)]
+        log_file = open(work / f"{study.slug(row)}-s{seed}.log", "w")
+        processes[(row, seed)] = (subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                                   stderr=log_file, text=True), log_file)
+    results: dict = {"rows": args.rows, "seeds": args.seeds, "max_updates": args.max_updates,
+                     "epoch_updates": args.epoch_updates, "runs": []}
+    for (row, seed), (process, log_file) in processes.items():
+        try:
+            stdout, _ = process.communicate(timeout=max(1.0, args.deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout = ""
+        log_file.close()
+        if process.returncode:
+            tail = Path(log_file.name).read_text()[-3000:]
+            log(f"study {row} seed {seed} failed ({process.returncode}):\n{tail}")
+            results["runs"].append({"row": row, "seed": seed, "failed": tail})
+            continue
+        entry = json.loads(stdout.strip().splitlines()[-1])
+        results["runs"].append(entry)
+        bleu = {kind: round(test["metrics"][f"{kind}_bleu"], 2) for kind, test in entry["tests"].items()}
+        log(f"study {row:<22} seed {seed}: {bleu}  trained in {entry['train_s']:.0f} s, "
+            f"{entry['wall_s']:.0f} s with test decoding")
+    results["wall_s"] = time.time() - began
+    write_json(args.out_dir / "study.json", results)
+    return results
+
+
+# ------------------------------------------------------------------------------ table: here, from the JSON
+
+
+def gpu_table(results: dict) -> str:
+    """The GPU study's rows as ``study.paper_table`` lays out the CPU ones: scores over the seeds,
+    the paired tests against each paper's baseline on the seeds' outputs concatenated."""
+    import study
+    from platform.tracking.significance import methods, significance_table
+    from platform.tracking.tables import format_table, mean_std
+
+    by_row: dict[str, dict[int, dict]] = {}
+    for run in results["runs"]:
+        if "failed" not in run:
+            by_row.setdefault(run["row"], {})[run["seed"]] = run
+    shared = study.decoded_as(study_args(SimpleNamespace(max_updates=results["max_updates"],
+                                                         epoch_updates=results["epoch_updates"])))
+    sections = []
+    for baseline, (title, rows) in study.TABLES.items():
+        source = shared.get(baseline, baseline)
+        ran = [row for row in rows if row in by_row or (row == baseline and source in by_row)]
+        if baseline not in ran or len(ran) < 2:
+            continue
+        kinds = {row: ("test" if row not in shared else f"test_as_{study.slug(row)}") for row in ran}
+        runs_of = {row: by_row[shared.get(row, row)] for row in ran}
+        seeds = sorted(set.intersection(*(set(runs) for runs in runs_of.values())))
+        cells, hypotheses = [], []
+        for row in ran:
+            entries = [runs_of[row][seed]["tests"][kinds[row]] for seed in seeds]
+            hypotheses.append([line for entry in entries for line in entry["hyp"]])
+            metric = lambda key, entries=entries: [e["metrics"][key] for e in entries if key in e["metrics"]]  # noqa: E731
+            averaged = [next((test["metrics"][f"{kind}_bleu"] for kind, test in runs_of[row][seed]["tests"].items()
+                              if kind.startswith("test_avg")), None) for seed in seeds]
+            uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in (f"{kinds[row]}_uas_enc",
+                                                                            f"{kinds[row]}_uas_dec") if metric(k))
+            runs = [runs_of[row][seed] for seed in seeds]
+            cells.append({"row": row + (f" (the {shared[row]} runs)" if row in shared else ""), "seeds": len(seeds),
+                          "decoding": study.decoding(row), "test BLEU": mean_std(metric(f"{kinds[row]}_bleu")),
+                          "test chrF": mean_std(metric(f"{kinds[row]}_chrf")),
+                          "BLEU, last validations averaged": mean_std(averaged) if None not in averaged else "–",
+                          "UAS enc / dec": uas or "–", "params": f"{runs[0]['num_parameters']:,}",
+                          "train tok/s": f"{statistics.fmean(r['history'][-1]['tokens_per_s'] for r in runs):,.0f}",
+                          "min per run": f"{statistics.fmean(r['wall_s'] for r in runs) / 60:.1f}"})
+        references = [line for seed in seeds for line in runs_of[baseline][seed]["tests"][kinds[baseline]]["ref"]]
+        table = significance_table(cells, hypotheses, references, "13a")
+        keep = ("row", "seeds", "decoding", "test BLEU", "test chrF", "BLEU p (bs)", "BLEU p (ar)",
+                "BLEU, last validations averaged", "UAS enc / dec", "params", "train tok/s", "min per run")
+        sections.append(f"#### {title}\n\n{format_table([{k: r[k] for k in keep} for r in table])}\n\n"
+                        f"p: each row against {baseline} on the seeds' outputs concatenated ({methods('13a')}).\n")
+    return "\n".join(sections)
+
+
+def table(args) -> int:
+    import study
+
+    results = json.loads(Path(args.results).read_text())
+    meta = json.loads((Path(args.results).parent / "meta.json").read_text()) if (
+        Path(args.results).parent / "meta.json").exists() else {}
+    setting = (f"{meta.get('device', 'GPU')}, torch {meta.get('torch', '?')}; {len(results['runs'])} runs at once, "
+               f"{results['wall_s'] / 60:.1f} min in all, training and test decoding.\n\n")
+    study.write_section(Path(args.out), gpu_table(results) and setting + gpu_table(results), GPU_BEGIN, GPU_END)
+    return 0
+
+
+# ------------------------------------------------------------------------------ the command line
+
+
+def main() -> int:
+    import study
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data", default=str(ROOT / "data" / "tanaka-ja-en"), help="the prepared Tanaka dataset")
+    common.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "gpu-run")))
+    loop_options = argparse.ArgumentParser(add_help=False)
+    loop_options.add_argument("--warmup", type=int, default=45,
+                              help="updates before the timed ones (past the first epoch's end: its last batch "
+                                   "is a shape of its own)")
+    loop_options.add_argument("--updates", type=int, default=60, help="timed updates")
+    loop_options.add_argument("--max-tokens", type=int, default=16384, help="positions per update (packed)")
+    loop_options.add_argument("--pack-width", type=int, default=48,
+                              help="packed row width (48: one shape per epoch but its last batch, on Tanaka)")
+    loop_options.add_argument("--bucket", type=int, default=8)
+    study_options = argparse.ArgumentParser(add_help=False)
+    study_options.add_argument("--test", default=str(ROOT / ".gpu" / "tanaka" / "test"),
+                               help="the Tanaka test CoNLL-U pair prefix")
+    study_options.add_argument("--work", default="/tmp/gpu-study")
+    study_options.add_argument("--max-updates", type=int, default=study.MAX_UPDATES)
+    study_options.add_argument("--epoch-updates", type=int, default=study.EPOCH_UPDATES)
+    study_options.add_argument("--rows", nargs="*", default=study.STUDY_ROWS)
+    study_options.add_argument("--seeds", type=int, default=3)
+    a = sub.add_parser("all", parents=[common, loop_options, study_options])
+    a.add_argument("--minutes", type=float, default=9.0, help="the whole run's budget")
+    a.add_argument("--loop-minutes", type=float, default=4.0, help="of which the loop's")
+    a.add_argument("--min-run-s", type=float, default=25.0)
+    lp = sub.add_parser("loop", parents=[common, loop_options])
+    lp.add_argument("--minutes", type=float, default=5.0)
+    lp.add_argument("--min-run-s", type=float, default=25.0)
+    one = sub.add_parser("loop-one", parents=[common, loop_options])
+    one.add_argument("--row", required=True)
+    one.add_argument("--mode", required=True)
+    sp = sub.add_parser("study", parents=[common, study_options])
+    sp.add_argument("--minutes", type=float, default=5.0)
+    so = sub.add_parser("study-one", parents=[common, study_options])
+    so.add_argument("--row", required=True)
+    so.add_argument("--seed", type=int, required=True)
+    tp = sub.add_parser("table")
+    tp.add_argument("--results", required=True, help="study.json of a study run")
+    tp.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
+    args = parser.parse_args()
+    if args.command == "table":
+        return table(args)
+    if args.command in ("loop-one", "study-one"):
+        print(json.dumps((loop_one if args.command == "loop-one" else study_one)(args)))
+        return 0
+    started = time.time()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    Path(args.work if hasattr(args, "work") else args.out_dir).mkdir(parents=True, exist_ok=True)
+    write_json(args.out_dir / "meta.json", machine())
+    end = started + args.minutes * 60
+    if args.command in ("all", "loop"):
+        args.deadline = min(end, started + (args.loop_minutes if args.command == "all" else args.minutes) * 60)
+        loop(args)
+    if args.command in ("all", "study"):
+        args.deadline = end
+        study_run(args)
+    log(f"done in {time.time() - started:.0f} s")
+    return 0
+
+
+def machine() -> dict:
+    import torch
+
+    device = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+    return {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+            "cpus": os.cpu_count()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
