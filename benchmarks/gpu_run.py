@@ -53,15 +53,15 @@ def log(message: str) -> None:
 
 def loop_config(row: str, mode: str, args):
     """The row's recipe at the paper size with a GPU's batch (``--max-tokens`` per update, no
-    sentence cap, ``--bucket``), compiled as ``mode``; a report after the warm-up, one at the end."""
+    sentence cap, ``--bucket``), compiled as ``mode``; a progress call after every update, the
+    one validation at the end."""
     from platform.training.config import resolve_config
     from platform.training.recipes import get_recipe
 
-    total = args.warmup + args.updates
+    total = args.warmup + args.updates + args.profile
     settings = {"batching.max_sentences": None, "batching.max_tokens": args.max_tokens,
                 "batching.pack_width": args.pack_width, "batching.bucket": args.bucket, "compile": mode,
-                "save_every": args.warmup,
-                "validate_every": total, "keep_last_epochs": 0, "eval.max_sentences": 16, "log_every": 0}
+                "validate_every": total, "keep_last_epochs": 0, "eval.max_sentences": 16, "log_every": 1}
     return resolve_config(get_recipe(row).model, "paper", recipe=row, max_updates=total,
                           overrides=[f"{key}={json.dumps(value)}" for key, value in settings.items()])
 
@@ -92,30 +92,64 @@ def peak_flops() -> float:
 
 
 def loop_one(args) -> dict:
-    """One (row, mode) through ``fit``: the report after the warm-up and the final one."""
+    """One (row, mode) through ``fit``: the updates after ``--warmup`` timed from the loop's own
+    per-update progress calls (each after its update's one wait for the device), then
+    ``--profile`` updates under torch.profiler."""
     import torch
+    from torch.profiler import ProfilerActivity, profile
 
     from platform.data.dataset import PreparedDataset
     from platform.training.context import Context, chosen_precision
     from platform.training.loop import Hooks, fit
+    from platform.training.step import compile_count
 
-    reports: list[dict] = []
+    stamps: list[tuple[int, float, float, float]] = []  # (update, time, tokens, data wait share)
+    profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if args.profile else None
+    timed_end = args.warmup + args.updates
+    compiles: dict[str, int] = {}
 
-    class Reports(Hooks):
-        def report(self, metrics, state, evaluation, is_best, final=False) -> None:
-            reports.append(dict(metrics))
+    class Timing(Hooks):
+        def progress(self, metrics, step) -> None:
+            stamps.append((step, time.perf_counter(), metrics["tokens_per_update"], metrics["data_wait_share"]))
+            if step == args.warmup:
+                compiles["after_warmup"] = compile_count()
+            if step == timed_end:
+                compiles["after_timed"] = compile_count()
+                if profiler:
+                    torch.cuda.synchronize() if DEVICE == "cuda" else None
+                    profiler.start()
+            if profiler and step == timed_end + args.profile:
+                torch.cuda.synchronize() if DEVICE == "cuda" else None
+                profiler.stop()
 
     config = loop_config(args.row, args.mode, args)
     began = time.perf_counter()
-    fit(config, PreparedDataset.open(args.data), Context(device=torch.device(DEVICE)), Reports(), log=lambda m: None)
-    warm, timed = reports[0], reports[-1]
-    return {"row": args.row, "model": config.model.name, "compile": args.mode, "tokens_per_s": timed["tokens_per_s"],
-            "timed_updates": args.updates, "timed_s": timed["steps_s"], "warmup_s": warm["steps_s"],
-            "compiles_after_warmup": warm.get("compiles", 0), "compiles": timed.get("compiles", 0),
-            "batch_shapes": timed["batch_shapes"], "tokens_per_update": timed["tokens_per_update"],
-            "precision": chosen_precision(config.precision, torch.device(DEVICE)),
-            "wall_s": time.perf_counter() - began,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else 0.0}
+    fit(config, PreparedDataset.open(args.data), Context(device=torch.device(DEVICE)), Timing(), log=lambda m: None)
+    timed = [s for s in stamps if args.warmup < s[0] <= timed_end]
+    seconds = timed[-1][1] - stamps[args.warmup - 1][1]
+    tokens = sum(s[2] for s in timed)
+    result = {"row": args.row, "model": config.model.name, "compile": args.mode, "tokens_per_s": tokens / seconds,
+              "ms_per_update": seconds / len(timed) * 1e3, "tokens_per_update": tokens / len(timed),
+              "data_wait_share": statistics.fmean(s[3] for s in timed), "warmup_s": stamps[args.warmup - 1][1] - began,
+              "compiles_after_warmup": compiles.get("after_warmup", 0), "compiles": compiles.get("after_timed", 0),
+              "precision": chosen_precision(config.precision, torch.device(DEVICE)),
+              "wall_s": time.perf_counter() - began,
+              "peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else 0.0}
+    if profiler:
+        result["profile"] = profile_summary(profiler, args.profile, stamps[timed_end:timed_end + args.profile + 1])
+    return result
+
+
+def profile_summary(profiler, updates: int, stamps) -> dict:
+    """Kernels per update, their GPU time against the wall time, and the costliest kernels."""
+    events = [e for e in profiler.key_averages() if e.device_type.name == "CUDA"]
+    kernel_ms = sum(e.self_device_time_total for e in events) / updates / 1e3
+    wall_ms = (stamps[-1][1] - stamps[0][1]) / updates * 1e3
+    top = sorted(events, key=lambda e: -e.self_device_time_total)[:12]
+    return {"kernels_per_update": sum(e.count for e in events) / updates, "kernel_ms_per_update": kernel_ms,
+            "wall_ms_per_update": wall_ms, "gpu_busy": kernel_ms / wall_ms if wall_ms else 0.0,
+            "top": [{"name": e.key[:90], "ms_per_update": e.self_device_time_total / updates / 1e3,
+                     "calls_per_update": e.count / updates} for e in top]}
 
 
 def loop_plan(results: list[dict]):
@@ -139,7 +173,8 @@ def loop(args) -> dict:
     results: dict = {"flops_per_token": per_token, "peak_flops": peak, "max_tokens": args.max_tokens,
                      "pack_width": args.pack_width, "bucket": args.bucket, "warmup": args.warmup,
                      "updates": args.updates, "runs": []}
-    while (step := loop_plan(results["runs"])) is not None:
+    plan = [tuple(step.rsplit(":", 1)) for step in args.plan.split(",")] if args.plan else None
+    while (step := (plan.pop(0) if plan else None) if plan is not None else loop_plan(results["runs"])) is not None:
         row, mode = step
         left = args.deadline - time.time()
         if left < args.min_run_s:
@@ -150,10 +185,12 @@ def loop(args) -> dict:
         if "tokens_per_s" in entry:
             entry["tflops"] = entry["tokens_per_s"] * per_token / 1e12
             entry["mfu"] = entry["tokens_per_s"] * per_token / peak
-            log(f"loop {row:<22} {mode:<16} {entry['tokens_per_s']:>10,.0f} tok/s  {entry['tflops']:6.1f} TFLOP/s  "
-                f"MFU {entry['mfu']:.1%}  compiles {entry['compiles_after_warmup']}→{entry['compiles']}  "
-                f"shapes {entry['batch_shapes']}  warm-up {entry['warmup_s']:.0f} s  "
-                f"{entry['peak_memory_gib']:.1f} GiB")
+            busy = entry.get("profile", {})
+            log(f"loop {row:<22} {mode:<16} {entry['tokens_per_s']:>10,.0f} tok/s  {entry['ms_per_update']:.1f} ms  "
+                f"{entry['tflops']:6.1f} TFLOP/s  MFU {entry['mfu']:.1%}  compiles {entry['compiles_after_warmup']}"
+                f"→{entry['compiles']}  data wait {entry['data_wait_share']:.0%}  warm-up {entry['warmup_s']:.0f} s  "
+                f"{entry['peak_memory_gib']:.1f} GiB  kernels {busy.get('kernels_per_update', 0):.0f}/update, "
+                f"GPU busy {busy.get('gpu_busy', 0):.0%}")
         results["runs"].append(entry)
         write_json(args.out_dir / "loop.json", results)
     return results
@@ -161,7 +198,8 @@ def loop(args) -> dict:
 
 def loop_flags(args) -> list[str]:
     return ["--data", args.data, "--warmup", str(args.warmup), "--updates", str(args.updates),
-            "--max-tokens", str(args.max_tokens), "--pack-width", str(args.pack_width), "--bucket", str(args.bucket)]
+            "--profile", str(args.profile), "--max-tokens", str(args.max_tokens), "--pack-width", str(args.pack_width),
+            "--bucket", str(args.bucket)]
 
 
 def worker(command: list[str], timeout: float, args) -> dict:
@@ -352,10 +390,12 @@ def main() -> int:
                               help="updates before the timed ones (past the first epoch's end: its last batch "
                                    "is a shape of its own)")
     loop_options.add_argument("--updates", type=int, default=60, help="timed updates")
+    loop_options.add_argument("--profile", type=int, default=3, help="updates under torch.profiler after them")
     loop_options.add_argument("--max-tokens", type=int, default=16384, help="positions per update (packed)")
     loop_options.add_argument("--pack-width", type=int, default=48,
                               help="packed row width (48: one shape per epoch but its last batch, on Tanaka)")
     loop_options.add_argument("--bucket", type=int, default=8)
+    loop_options.add_argument("--plan", help="ROW:MODE,... to run in this order (default: loop_plan's)")
     study_options = argparse.ArgumentParser(add_help=False)
     study_options.add_argument("--test", default=str(ROOT / ".gpu" / "tanaka" / "test"),
                                help="the Tanaka test CoNLL-U pair prefix")

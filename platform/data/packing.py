@@ -101,16 +101,19 @@ def _add_bos_eos(tgt: np.ndarray, words: _Spans, row: np.ndarray) -> np.ndarray:
 
 def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[list[int]]:
     """Rows of sentence numbers: first fit in decreasing order of length, each row within
-    ``width`` on both sides."""
-    rows: list[list[int]] = []
-    used: list[list[int]] = []  # per row: source and target positions taken
-    for m in sorted(range(len(src_len)), key=lambda m: -max(src_len[m], tgt_len[m])):
-        for r, (s, t) in enumerate(used):
-            if s + src_len[m] <= width and t + tgt_len[m] <= width:
-                rows[r].append(m)
-                used[r] = [s + src_len[m], t + tgt_len[m]]
-                break
-        else:
-            rows.append([m])
-            used.append([int(src_len[m]), int(tgt_len[m])])
-    return rows
+    ``width`` on both sides.  Each sentence's first fitting row is found over all rows at once
+    (one array comparison per sentence, not a Python loop over the rows: a GPU's batch of 16k
+    positions packs in a few milliseconds)."""
+    order = np.argsort(-np.maximum(src_len, tgt_len), kind="stable")
+    used = np.zeros((2, len(order)), dtype=np.int64)  # per row: source and target positions taken
+    row_of = np.empty(len(order), dtype=np.int64)
+    rows = 0
+    for m in order:
+        fits = np.flatnonzero((used[0, :rows] + src_len[m] <= width) & (used[1, :rows] + tgt_len[m] <= width))
+        r = int(fits[0]) if len(fits) else rows
+        rows += r == rows
+        used[0, r] += src_len[m]
+        used[1, r] += tgt_len[m]
+        row_of[m] = r
+    placed = order[np.argsort(row_of[order], kind="stable")]  # by row, in the order each row was filled
+    return np.split(placed, np.cumsum(np.bincount(row_of, minlength=rows))[:-1])
