@@ -349,7 +349,8 @@ def gpu_table(results: dict) -> str:
             cells.append({"row": row + (f" (the {shared[row]} runs)" if row in shared else ""), "seeds": len(seeds),
                           "decoding": study.decoding(row), "test BLEU": mean_std(metric(f"{kinds[row]}_bleu")),
                           "test chrF": mean_std(metric(f"{kinds[row]}_chrf")),
-                          "BLEU, last validations averaged": mean_std(averaged) if None not in averaged else "–",
+                          "BLEU, last validations averaged": (mean_std(averaged) if row not in shared
+                                                              and None not in averaged else "–"),
                           "UAS enc / dec": uas or "–", "params": f"{runs[0]['num_parameters']:,}",
                           "train tok/s": f"{statistics.fmean(r['history'][-1]['tokens_per_s'] for r in runs):,.0f}",
                           "min per run": f"{statistics.fmean(r['wall_s'] for r in runs) / 60:.1f}"})
