@@ -219,11 +219,11 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
         logger.text("hypotheses of epoch 2\n", "dev_hypotheses/epoch_002.txt")
         logger.metrics({"dev_bleu": 3.0}, step=3)
         logger.tag("best_epoch", "3")  # sent after the "2" above, or the store would end up saying 2
-        assert time.monotonic() - began < 1.0
+        assert time.monotonic() - began < 5.0  # a call that waited would retry the store for minutes
         resumed = RunLogger(server.uri, resumed_id)  # the restarted worker, while the server is down
         began = time.monotonic()
         resumed.missing_metrics(history, "epoch")
-        assert time.monotonic() - began < 1.0
+        assert time.monotonic() - began < 5.0
         assert not logger.drain(2) and len(logger.pending) >= 3  # nothing got through
         assert not resumed.drain(1)  # down: queued
         server.start()

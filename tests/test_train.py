@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import mlflow.pyfunc
@@ -112,12 +111,10 @@ def test_a_gpu_worker_on_a_cluster_without_gpus_is_one_line_before_any_work(ray_
     check refuses it in seconds, before the demo corpus or any run is made."""
     from platform.errors import UserError
 
-    started = time.monotonic()
-    with pytest.raises(UserError) as refused:
+    with pytest.raises(UserError) as refused:  # without the check: the worker group waits (the test's timeout)
         train.main(["--model", "transformer", "--gpus-per-worker", "1", "--cpus-per-worker", "1", "--data", "demo",
                     "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db", "--storage-path", str(tmp_path / "runs")])
     assert str(refused.value) == "the cluster (4 CPUs, 0 GPUs) cannot hold 1 worker(s) × 1 CPUs / 1 GPUs"
-    assert time.monotonic() - started < 30
     assert not (tmp_path / "runs").exists() and not runs_of(f"sqlite:///{tmp_path}/mlflow.db", "syntax-nmt")[1]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -83,10 +82,9 @@ def test_prepare_to_a_missing_bucket_fails_in_one_line_before_any_work(on_s3, tm
     from platform import prepare
 
     monkeypatch.chdir(tmp_path)
-    began = time.monotonic()
     with pytest.raises(UserError, match=r"^s3://no-such-bucket/ds/\.write-probe-\w+: cannot write: .*bucket") as error:
         prepare.main(["--data", "demo", "--out", "s3://no-such-bucket/ds", "--quiet"])
-    assert "\n" not in str(error.value) and time.monotonic() - began < 10
+    assert "\n" not in str(error.value)
     assert list(tmp_path.iterdir()) == []
 
 
