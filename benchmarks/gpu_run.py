@@ -314,64 +314,44 @@ def study_run(args) -> dict:
 # ------------------------------------------------------------------------------ table: here, from the JSON
 
 
-def gpu_table(results: dict) -> str:
-    """The GPU study's rows as ``study.paper_table`` lays out the CPU ones: scores over the seeds,
-    the paired tests against each paper's baseline on the seeds' outputs concatenated."""
+def scored_runs(results: dict, shared: dict[str, str]) -> dict:
+    """``{row: {seed: study.Scored}}`` of a study run's JSON, as ``study.scored_rows`` reads
+    MLflow runs: each run's own row, and the ``shared`` rows from their source rows' runs."""
     import study
-    from platform.tracking.significance import methods, significance_table
-    from platform.tracking.tables import format_table, mean_std
 
-    by_row: dict[str, dict[int, dict]] = {}
+    rows: dict[str, dict[str, study.Scored]] = {}
     for run in results["runs"]:
-        if "failed" not in run:
-            by_row.setdefault(run["row"], {})[run["seed"]] = run
-    shared = study.decoded_as(study_args(SimpleNamespace(max_updates=results["max_updates"],
-                                                         epoch_updates=results["epoch_updates"])))
-    sections = []
-    for baseline, (title, rows) in study.TABLES.items():
-        source = shared.get(baseline, baseline)
-        ran = [row for row in rows if row in by_row or (row == baseline and source in by_row)]
-        if baseline not in ran or len(ran) < 2:
+        if "failed" in run:
             continue
-        kinds = {row: ("test" if row not in shared else f"test_as_{study.slug(row)}") for row in ran}
-        runs_of = {row: by_row[shared.get(row, row)] for row in ran}
-        seeds = sorted(set.intersection(*(set(runs) for runs in runs_of.values())))
-        cells, hypotheses = [], []
-        for row in ran:
-            entries = [runs_of[row][seed]["tests"][kinds[row]] for seed in seeds]
-            hypotheses.append([line for entry in entries for line in entry["hyp"]])
-            metric = lambda key, entries=entries: [e["metrics"][key] for e in entries if key in e["metrics"]]  # noqa: E731
-            averaged = [next((test["metrics"][f"{kind}_bleu"] for kind, test in runs_of[row][seed]["tests"].items()
-                              if kind.startswith("test_avg")), None) for seed in seeds]
-            uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in (f"{kinds[row]}_uas_enc",
-                                                                            f"{kinds[row]}_uas_dec") if metric(k))
-            runs = [runs_of[row][seed] for seed in seeds]
-            cells.append({"row": row + (f" (the {shared[row]} runs)" if row in shared else ""), "seeds": len(seeds),
-                          "decoding": study.decoding(row), "test BLEU": mean_std(metric(f"{kinds[row]}_bleu")),
-                          "test chrF": mean_std(metric(f"{kinds[row]}_chrf")),
-                          "BLEU, last validations averaged": (mean_std(averaged) if row not in shared
-                                                              and None not in averaged else "–"),
-                          "UAS enc / dec": uas or "–", "params": f"{runs[0]['num_parameters']:,}",
-                          "train tok/s": f"{statistics.fmean(r['history'][-1]['tokens_per_s'] for r in runs):,.0f}",
-                          "min per run": f"{statistics.fmean(r['wall_s'] for r in runs) / 60:.1f}"})
-        references = [line for seed in seeds for line in runs_of[baseline][seed]["tests"][kinds[baseline]]["ref"]]
-        table = significance_table(cells, hypotheses, references, "13a")
-        keep = ("row", "seeds", "decoding", "test BLEU", "test chrF", "BLEU p (bs)", "BLEU p (ar)",
-                "BLEU, last validations averaged", "UAS enc / dec", "params", "train tok/s", "min per run")
-        sections.append(f"#### {title}\n\n{format_table([{k: r[k] for k in keep} for r in table])}\n\n"
-                        f"p: each row against {baseline} on the seeds' outputs concatenated ({methods('13a')}).\n")
-    return "\n".join(sections)
+        metrics = {key: value for test in run["tests"].values() for key, value in test["metrics"].items()}
+        metrics.update(num_parameters=run["num_parameters"], tokens_per_s=run["history"][-1]["tokens_per_s"],
+                       study_wall_s=run["wall_s"])
+        kinds = {"test": run["row"], **{f"test_as_{study.slug(row)}": row for row, source in shared.items()
+                                        if source == run["row"]}}
+        for kind, row in kinds.items():
+            test = run["tests"][kind]
+            rows.setdefault(row, {})[str(run["seed"])] = study.Scored(
+                metrics, lambda test=test: {"hyp": test["hyp"], "ref": test["ref"]}, kind)
+    return rows
 
 
 def table(args) -> int:
+    """The GPU study's tables (``study.paper_tables``) between the GPU markers of ``--out``."""
     import study
+    from platform.tracking.significance import signature_tokenizer
 
     results = json.loads(Path(args.results).read_text())
-    meta = json.loads((Path(args.results).parent / "meta.json").read_text()) if (
-        Path(args.results).parent / "meta.json").exists() else {}
+    meta_file = Path(args.results).parent / "meta.json"
+    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
+    shared = study.decoded_as(study_args(SimpleNamespace(**{k: results[k] for k in ("max_updates", "epoch_updates")})))
+    scored = scored_runs(results, shared)
+    if not scored:
+        raise SystemExit(f"{args.results}: no finished run")
+    first = next(run for run in results["runs"] if "failed" not in run)
+    sections = study.paper_tables(scored, shared, signature_tokenizer(first["tests"]["test"]["signature"]), "####")
     setting = (f"{meta.get('device', 'GPU')}, torch {meta.get('torch', '?')}; {len(results['runs'])} runs at once, "
                f"{results['wall_s'] / 60:.1f} min in all, training and test decoding.\n\n")
-    study.write_section(Path(args.out), gpu_table(results) and setting + gpu_table(results), GPU_BEGIN, GPU_END)
+    study.write_section(Path(args.out), setting + "\n".join(sections), GPU_BEGIN, GPU_END)
     return 0
 
 
@@ -424,6 +404,8 @@ def main() -> int:
     tp.add_argument("--results", required=True, help="study.json of a study run")
     tp.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
     args = parser.parse_args()
+    if getattr(args, "warmup", 1) < 1:
+        parser.error("--warmup must be at least 1 (the timed updates start after a measured one)")
     if args.command == "table":
         return table(args)
     if args.command in ("loop-one", "study-one"):

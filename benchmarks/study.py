@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,16 +229,19 @@ def averaged_window(row: str, validations: int) -> int | None:
 
 @dataclass(frozen=True)
 class Scored:
-    """One seed of a row in the tables: a study run and the test kind that holds the row's scores."""
+    """One seed of a row in the tables: its run's metrics, the test kind that holds the row's
+    scores, and how to read that kind's test files (``{"hyp": lines, "ref": lines}``); from an
+    MLflow run here, from ``benchmarks/gpu_run.py``'s JSON there."""
 
-    run: Any
+    metrics: dict[str, float]
+    outputs: Callable[[], dict[str, list[str]]]
     kind: str = "test"
 
     def metric(self, key: str) -> float | None:
         """``key`` of this row (``test_bleu`` read from the kind's ``<kind>_bleu``)."""
         if key.startswith("test_"):
             key = f"{self.kind}_{key[len('test_'):]}"
-        return self.run.data.metrics.get(key)
+        return self.metrics.get(key)
 
 
 def latest_per_seed(runs: list, args) -> dict[str, dict[str, Any]]:
@@ -257,23 +261,35 @@ def latest_per_seed(runs: list, args) -> dict[str, dict[str, Any]]:
     return by_row
 
 
-def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str]) -> dict[str, dict[str, Scored]]:
+def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str], outputs) -> dict[str, dict[str, Scored]]:
     """``{row: {seed: Scored}}`` for every table row with test scores: the trained rows' own,
-    and the ``shared`` rows' from their source rows' runs."""
-    scored = {row: {seed: Scored(run) for seed, run in seeds.items() if "test_bleu" in run.data.metrics}
-              for row, seeds in by_row.items()}
+    and the ``shared`` rows' from their source rows' runs; ``outputs(run, kind)`` reads a run's
+    test files."""
+    def scored(run, kind: str = "test") -> Scored:
+        return Scored(run.data.metrics, lambda: outputs(run, kind), kind)
+
+    rows = {row: {seed: scored(run) for seed, run in seeds.items() if "test_bleu" in run.data.metrics}
+            for row, seeds in by_row.items()}
     for row, source in shared.items():
         kind = f"test_as_{slug(row)}"
-        scored[row] = {seed: Scored(run, kind) for seed, run in by_row.get(source, {}).items()
-                       if f"{kind}_bleu" in run.data.metrics}
-    return {row: seeds for row, seeds in scored.items() if seeds}
+        rows[row] = {seed: scored(run, kind) for seed, run in by_row.get(source, {}).items()
+                     if f"{kind}_bleu" in run.data.metrics}
+    return {row: seeds for row, seeds in rows.items() if seeds}
 
 
-def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], scratch: Path,
-                shared: dict[str, str]) -> str:
+def paper_tables(scored: dict[str, dict[str, Scored]], shared: dict[str, str], tokenizer: str,
+                 heading: str = "###") -> list[str]:
+    """A section per paper table with runs (``paper_table``), titled at ``heading``'s level."""
+    return [f"{heading} {title}\n\n{paper_table(baseline, rows, scored, shared, tokenizer)}"
+            for baseline, (title, rows) in TABLES.items() if any(scored.get(row) for row in rows)]
+
+
+def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], shared: dict[str, str],
+                tokenizer: str) -> str:
     """One paper's rows that ran: scores over seeds and the paired tests against ``baseline`` on
-    the seeds both ran, their outputs concatenated in seed order."""
-    from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs
+    the seeds both ran, their outputs concatenated in seed order (BLEU with ``tokenizer``: the
+    one the runs' own BLEU used)."""
+    from platform.tracking.significance import methods, significance_table
     from platform.tracking.tables import format_table, mean_std
 
     ran = [row for row in rows if by_row.get(row)]
@@ -285,14 +301,14 @@ def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[s
     for row in ran:
         seeds = sorted(set(by_row[row]) & set(by_row[baseline]), key=int)
         entries = [by_row[row][seed] for seed in seeds]
-        outputs = [test_outputs(client, entry.run.info.run_id, scratch, entry.kind) for entry in entries]
+        outputs = [entry.outputs() for entry in entries]
         hypotheses.append([line for out in outputs for line in out["hyp"]])
         references.append([line for out in outputs for line in out["ref"]])
 
         def metric(key: str, entries: list[Scored] = entries) -> list[float]:
             return [value for entry in entries if (value := entry.metric(key)) is not None]
 
-        averaged = next((key for entry in entries if entry.kind == "test" for key in sorted(entry.run.data.metrics)
+        averaged = next((key for entry in entries if entry.kind == "test" for key in sorted(entry.metrics)
                          if key.startswith("test_avg") and key.endswith("_bleu")), None)
         uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k))
         source = f" (the {shared[row]} runs)" if row in shared else ""
@@ -306,7 +322,6 @@ def paper_table(client, baseline: str, rows: list[str], by_row: dict[str, dict[s
                       if metric("study_wall_s") else "–"})
     if any(len(refs) != len(references[0]) for refs in references):
         raise SystemExit("the rows ran different seeds than the baseline; run the missing seeds first")
-    tokenizer = logged_tokenizer(client, by_row[baseline][min(by_row[baseline], key=int)].run.info.run_id)
     table = significance_table(cells, hypotheses, references[0], tokenizer)
     keep = ("row", "seeds", "decoding", "test BLEU", "test chrF", "BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)",
             "chrF2 p (ar)", "BLEU, last validations averaged", "UAS enc / dec", "params", "train tok/s",
@@ -369,17 +384,18 @@ def tables(args) -> str:
     study's wall time."""
     from mlflow.tracking import MlflowClient
 
+    from platform.tracking.significance import logged_tokenizer, test_outputs
+
     client = MlflowClient(args.tracking_uri)
     shared = decoded_as(args)
     by_row = latest_per_seed(finished_runs(client, args.experiment), args)
-    scored = scored_rows(by_row, shared)
-    if not scored:
-        return "No study run is in the MLflow store yet.\n"
-    sections = []
     with tempfile.TemporaryDirectory() as scratch:
-        for baseline, (title, rows) in TABLES.items():
-            if any(scored.get(row) for row in rows):
-                sections.append(f"### {title}\n\n{paper_table(client, baseline, rows, scored, Path(scratch), shared)}")
+        scored = scored_rows(by_row, shared, lambda run, kind: test_outputs(client, run.info.run_id, Path(scratch),
+                                                                            kind))
+        if not scored:
+            return "No study run is in the MLflow store yet.\n"
+        first = next(seeds[min(seeds, key=int)] for seeds in by_row.values())
+        sections = paper_tables(scored, shared, logged_tokenizer(client, first.info.run_id))
     trained = [row for row in trained_rows(args) if by_row.get(row)]
     curves = dev_curves(client, by_row, trained)
     plot_curves(curves, Path(args.figure))

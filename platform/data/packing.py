@@ -99,7 +99,7 @@ def _add_bos_eos(tgt: np.ndarray, words: _Spans, row: np.ndarray) -> np.ndarray:
     return tgt_in
 
 
-def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[list[int]]:
+def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[np.ndarray]:
     """Rows of sentence numbers: first fit in decreasing order of length, each row within
     ``width`` on both sides.  Each sentence's first fitting row is found over all rows at once
     (one array comparison per sentence, not a Python loop over the rows: a GPU's batch of 16k

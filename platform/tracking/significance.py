@@ -94,6 +94,10 @@ def logged_tokenizer(client, run_id: str) -> str:
     ``ja-mecab`` for Japanese, ``zh`` for Chinese, ``13a`` otherwise), so the tested BLEU is the
     logged one."""
     tags = client.get_run(run_id).data.tags
-    signature = tags.get("test_sacrebleu_signature") or tags.get("sacrebleu_signature", "")
+    return signature_tokenizer(tags.get("test_sacrebleu_signature") or tags.get("sacrebleu_signature", ""))
+
+
+def signature_tokenizer(signature: str) -> str:
+    """The tokenizer a sacrebleu BLEU ``signature`` names (``tok:``), ``13a`` where it names none."""
     found = re.search(r"tok:([^|]+)", signature)
     return found.group(1) if found else "13a"

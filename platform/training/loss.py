@@ -101,15 +101,14 @@ def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothin
     return LossSums(token_loss, token_nll, (targets != PAD_ID).sum(), enc_loss, enc_count, dec_loss, dec_count)
 
 
-def loss_counts(batch: Batch, model_config, num_tokens: int | None = None) -> Tensor:
+def loss_counts(batch: Batch, model_config) -> Tensor:
     """[3] float: target tokens (incl. EOS), supervised encoder and decoder parse positions of
     ``batch`` — the counts ``loss_sums`` finds, known before the forward pass, so an update that
-    accumulates several batches normalises each by the whole update's counts.  ``num_tokens``:
-    the batch's target tokens where the caller counted them (``batch.num_tokens``) on the host."""
+    accumulates several batches normalises each by the whole update's counts.  Counted where the
+    batch is, so a batch on the GPU costs no wait for it."""
     enc_targets, dec_targets = parse_targets(batch, model_config)
-    num_tokens = batch.num_tokens if num_tokens is None else num_tokens
-    return torch.stack([torch.as_tensor(num_tokens, device=enc_targets.device),
-                        (enc_targets != IGNORE_INDEX).sum(), (dec_targets != IGNORE_INDEX).sum()]).float()
+    num_tokens = batch.tgt_lengths.sum() + batch.tgt_lengths.numel()  # Batch.num_tokens, on the batch's device
+    return torch.stack([num_tokens, (enc_targets != IGNORE_INDEX).sum(), (dec_targets != IGNORE_INDEX).sum()]).float()
 
 
 def _parse_loss(logprobs: Tensor | None, targets: Tensor, zero: Tensor) -> tuple[Tensor, Tensor]:

@@ -114,12 +114,9 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     ``loss.combine``), so the gradient does not depend on how the update is split into ranks and
     batches.  DDP synchronises only on the last batch's backward."""
     model.train()
-    batches = [batches] if not isinstance(batches, Sequence) else batches
-    tokens = [batch.num_tokens for batch in batches]  # counted on the host: no wait for the device
     batches = [batch.to(ctx.device, non_blocking=True)  # overlaps the copy where the batch is pinned (CUDA)
-               for batch in batches]
-    global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model, count)
-                                       for batch, count in zip(batches, tokens)).to(ctx.device))
+               for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
+    global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches))
     optimizer.zero_grad(set_to_none=True)
     total = nonfinite = torch.zeros((), device=ctx.device)
     for index, batch in enumerate(batches):

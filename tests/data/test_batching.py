@@ -279,3 +279,30 @@ def test_a_collation_error_in_the_thread_is_raised_where_the_updates_are_taken(e
         for _ in reader:
             pass
     reader.close()
+
+
+def _first_fit_reference(src_len, tgt_len, width):
+    """First fit in decreasing length, row by row in plain Python: what ``packing._first_fit``
+    computes with one array comparison per sentence."""
+    rows, used = [], []
+    for m in sorted(range(len(src_len)), key=lambda m: -max(src_len[m], tgt_len[m])):
+        for r, (s, t) in enumerate(used):
+            if s + src_len[m] <= width and t + tgt_len[m] <= width:
+                rows[r].append(m)
+                used[r] = [s + src_len[m], t + tgt_len[m]]
+                break
+        else:
+            rows.append([m])
+            used.append([int(src_len[m]), int(tgt_len[m])])
+    return rows
+
+
+def test_first_fit_packs_the_rows_plain_first_fit_decreasing_would():
+    from platform.data.packing import _first_fit
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 300))
+        src, tgt = rng.integers(1, 40, n), rng.integers(2, 40, n)  # many ties in length
+        width = max(int(rng.integers(8, 64)), int(src.max()), int(tgt.max()))
+        assert [list(map(int, row)) for row in _first_fit(src, tgt, width)] == _first_fit_reference(src, tgt, width)

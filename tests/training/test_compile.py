@@ -40,6 +40,8 @@ def test_a_bucketed_batch_has_the_loss_and_finite_gradients_of_the_same_batch_un
     shapes = {label: (batch.src_ids.shape, batch.tgt_ids.shape) for label, batch in batches.items()}
     assert shapes["plain"] != shapes["bucketed"], "the batch needed no padding: the test shows nothing"
     assert all(size % 8 == 0 for shape in shapes["bucketed"] for size in shape[1 if not plain.batching.pack else 0:])
+    if plain.batching.pack:  # rows were added, not only widths
+        assert batches["bucketed"].src_ids.shape[0] > batches["plain"].src_ids.shape[0]
     model.eval()
     with torch.no_grad():
         sums = {label: batch_sums(model, batch, plain) for label, batch in batches.items()}
@@ -94,7 +96,6 @@ def test_compiled_training_follows_the_eager_loss_curve_with_few_compilations(de
             shapes.update(tuple(b.src_ids.shape) for b in batches)
             losses.append(train_step(trained, optimizer, scheduler, batches, config, Context()).loss)
         curves[mode] = (losses, compile_count() - before)
-    assert curves["off"][1] == 0
     assert len(shapes) >= 2, "one shape only: recompilation not exercised"
     assert 2 <= curves["default"][1] <= 4, curves
     torch.testing.assert_close(torch.tensor(curves["default"][0]), torch.tensor(curves["off"][0]), rtol=1e-4, atol=1e-4)
