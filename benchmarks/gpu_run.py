@@ -61,7 +61,7 @@ def loop_config(row: str, mode: str, args):
     total = args.warmup + args.updates + args.profile
     settings = {"batching.max_sentences": None, "batching.max_tokens": args.max_tokens,
                 "batching.pack_width": args.pack_width, "batching.bucket": args.bucket, "compile": mode,
-                "validate_every": total, "keep_last_epochs": 0, "eval.max_sentences": 16, "log_every": 1}
+                "validate_every": total, "average_last": 0, "eval.max_sentences": 16, "log_every": 1}
     return resolve_config(get_recipe(row).model, "paper", recipe=row, max_updates=total,
                           overrides=[f"{key}={json.dumps(value)}" for key, value in settings.items()])
 

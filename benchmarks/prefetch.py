@@ -34,7 +34,7 @@ def one_run(model: str, data: str, updates: int, prefetch: int) -> dict:
     from platform.training.loop import LocalHooks, fit
 
     config = resolve_config(model, "cpu", max_updates=updates, overrides=[
-        f"batching.prefetch={prefetch}", "log_every=0", "eval.max_sentences=1", "keep_last_epochs=0"])
+        f"batching.prefetch={prefetch}", "log_every=0", "eval.max_sentences=1", "average_last=0"])
     dataset = PreparedDataset.open(data)
     with tempfile.TemporaryDirectory() as directory:
         began = time.perf_counter()

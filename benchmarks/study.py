@@ -69,7 +69,7 @@ AVERAGE_LAST = 5
 # optimiser, clipping, label smoothing and decoding from its recipe
 MAX_UPDATES = 2000
 EPOCH_UPDATES = 250
-BUDGET = {"patience": None, "eval.max_sentences": None, "keep_last_epochs": AVERAGE_LAST}
+BUDGET = {"patience": None, "eval.max_sentences": None, "average_last": AVERAGE_LAST}
 BEGIN, END = "<!-- STUDY_BEGIN: written by benchmarks/study.py -->", "<!-- STUDY_END -->"
 
 

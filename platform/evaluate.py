@@ -12,7 +12,7 @@ the papers report), and for DBSA ``test_uas_enc`` / ``test_uas_dec`` against the
 Hypotheses and references are written next to ``--out`` (``OUT.hyp``, ``OUT.ref`` detokenized;
 ``OUT.tok.hyp``, ``OUT.tok.ref`` tokenized), with ``OUT.sacrebleu.sh``, the sacrebleu command
 lines that reproduce the scores; with ``--run`` the metrics and files are also logged to that
-MLflow run.  ``--average-last N`` evaluates the average of the last N epochs' weights instead of
+MLflow run.  ``--average-last N`` evaluates the average of the last N checkpoints' weights instead of
 the best checkpoint (Vaswani et al. average the last 5), as ``test_avgN_bleu``, ... (files under
 ``test_avgN/``).
 

@@ -22,5 +22,5 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     parser.add_argument("--tracking-uri", help=TRACKING_URI_HELP)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--average-last", type=int, metavar="N",
-                        help="average the weights of the last N epochs (Vaswani et al.: 5) instead of the best "
-                             "checkpoint")
+                        help="average the weights of the last N checkpoints the run kept (Vaswani et al.: 5) "
+                             "instead of the best checkpoint")

@@ -27,8 +27,8 @@ from platform.data.parsing import PRE_SEGMENTED
 from platform.data.sources import source_sentences
 from platform.data.subwords import SubwordModel
 from platform.errors import UserError
-from platform.tracking.run_files import fetch_checkpoint, fetch_kept_epochs
-from platform.training.averaging import LAST_EPOCHS, average, epoch_files, kept_weights
+from platform.tracking.run_files import fetch_checkpoint, fetch_kept
+from platform.training.averaging import LAST, LEGACY_LAST, average, kept_files, kept_weights
 from platform.training.checkpoint import (
     IncompatibleCheckpoint,
     load_checkpoint,
@@ -43,21 +43,23 @@ from platform.training.metrics import detokenizer, sacrebleu_commands
 
 
 def averaged_weights(count: int, *, run_id: str | None, checkpoint: Path, tracking_uri: str | None) -> dict:
-    """The mean of the last ``count`` epochs' weights a training kept (``last_epochs``: an MLflow
-    run's artifacts, or the directory beside a ``--checkpoint``, as ``LocalHooks`` writes it)."""
+    """The mean of the last ``count`` checkpoints' weights a training kept (``last_checkpoints``:
+    an MLflow run's artifacts, or the directory beside a ``--checkpoint``, as ``LocalHooks``
+    writes it)."""
     if run_id is not None:
         with tempfile.TemporaryDirectory(prefix="nmt-avg-") as scratch:  # the run's copies go once averaged
-            return _average_kept(fetch_kept_epochs(run_id, tracking_uri, scratch), count, f"MLflow run {run_id}")
-    beside = [d / LAST_EPOCHS for d in (checkpoint.parent, checkpoint.parent.parent) if (d / LAST_EPOCHS).is_dir()]
-    directory = beside[0] if beside else checkpoint.parent / LAST_EPOCHS
+            return _average_kept(fetch_kept(run_id, tracking_uri, scratch), count, f"MLflow run {run_id}")
+    beside = [d / kind for d in (checkpoint.parent, checkpoint.parent.parent) for kind in (LAST, LEGACY_LAST)
+              if kept_files(d / kind)]
+    directory = beside[0] if beside else checkpoint.parent / LAST
     return _average_kept(directory, count, str(directory))
 
 
 def _average_kept(directory: Path, count: int, where: str) -> dict:
-    files = epoch_files(directory)
-    if len(files) < count:
-        raise UserError(f"--average-last {count}: {where} kept the weights of {len(files)} epoch(s) "
-                        f"(train with --set keep_last_epochs={count} or more)")
+    files = kept_files(directory)
+    if count < 1 or len(files) < count:
+        raise UserError(f"--average-last {count}: {where} kept the weights of {len(files)} checkpoint(s) "
+                        f"(train with --average-last {max(count, 1)} or more)")
     return average([kept_weights(path) for path in files[-count:]])
 
 
@@ -87,7 +89,7 @@ class Trained:
     def load(cls, *, run_id: str | None = None, checkpoint: str | Path | None = None, tracking_uri: str | None = None,
              device: str = "cpu", average_last: int | None = None) -> Trained:
         """The best checkpoint of ``run_id`` (or ``checkpoint``); with ``average_last`` N, its
-        weights replaced by the average of the last N epochs' (``training.averaging``)."""
+        weights replaced by the average of the last N checkpoints' (``training.averaging``)."""
         if (run_id is None) == (checkpoint is None):
             raise UserError("give exactly one of --run and --checkpoint")
         if run_id is None:

@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="validate on dev and checkpoint every N updates (default: at each epoch's end)")
     parser.add_argument("--save-every", type=int, metavar="N",
                         help="also checkpoint every N updates, without validating (default: at validations only)")
+    parser.add_argument("--average-last", type=int, metavar="N",
+                        help="keep the weights of the last N checkpoints (validations and --save-every ones), "
+                             "for evaluate/translate --average-last (default 5; 0: none)")
+    parser.add_argument("--keep-best", type=int, metavar="N",
+                        help="also keep the weights of the N best validations (default 0: the best checkpoint only)")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and a few steps, for a quick check")
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment name (default syntax-nmt)")
     parser.add_argument("--tracking-uri", help=TRACKING_URI_HELP)

@@ -92,39 +92,42 @@ def test_translate_nbest_writes_k_scored_translations_per_line_best_first(tree2s
 
 
 @pytest.fixture(scope="module")
-def three_epochs(demo_dataset, tmp_path_factory):
-    """A tree2seq trained 3 epochs that kept the weights of its last 2."""
-    directory = tmp_path_factory.mktemp("three-epochs")
-    config = load_train_config({"model": {"name": "tree2seq", "d_embed": 16, "d_hidden": 16}, "max_epochs": 3,
-                                "max_steps_per_epoch": 3, "eval": {"max_sentences": 4}, "keep_last_epochs": 2})
+def counted_in_updates(demo_dataset, tmp_path_factory):
+    """A tree2seq trained 9 updates, counted in updates (epochs of 3), a checkpoint every 2 and a
+    validation every 4 (checkpoints at 2, 4, 6, 8, 9), keeping the weights of its last 3."""
+    directory = tmp_path_factory.mktemp("updates")
+    config = load_train_config({"model": {"name": "tree2seq", "d_embed": 16, "d_hidden": 16}, "max_epochs": None,
+                                "max_updates": 9, "save_every": 2, "validate_every": 4, "max_steps_per_epoch": 3,
+                                "eval": {"max_sentences": 4}, "average_last": 3})
     fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory), log=lambda line: None)
     return directory
 
 
-def test_average_last_evaluates_the_mean_of_the_kept_epochs(three_epochs, demo_dataset, tmp_path, cli):
+def test_average_last_evaluates_the_mean_of_the_last_update_checkpoints(counted_in_updates, demo_dataset, tmp_path,
+                                                                        cli):
     import torch
 
     from platform.inference import Trained
-    from platform.training.averaging import kept_weights
+    from platform.training.averaging import LAST, kept_files, kept_weights
 
-    kept = sorted(path.name for path in (three_epochs / "last_epochs").iterdir())
-    assert kept == ["epoch_0002.pt", "epoch_0003.pt"]  # bounded: epoch 1 deleted
-    averaged = Trained.load(checkpoint=three_epochs / "best.pt", average_last=2).model.state_dict()
-    epochs = [kept_weights(three_epochs / "last_epochs" / name) for name in kept]
+    kept = kept_files(counted_in_updates / LAST)
+    assert [path.name for path in kept] == ["update_00000006.pt", "update_00000008.pt", "update_00000009.pt"]
+    averaged = Trained.load(checkpoint=counted_in_updates / "best.pt", average_last=2).model.state_dict()
+    last_two = [kept_weights(path) for path in kept[-2:]]
     moved = 0
     for name, value in averaged.items():
-        torch.testing.assert_close(value, (epochs[0][name] + epochs[1][name]) / 2)
-        moved += not torch.equal(epochs[0][name], epochs[1][name])
-    assert moved > 3  # the two epochs really differ
-    result = cli("platform.evaluate", "--checkpoint", three_epochs / "best.pt", "--test",
+        torch.testing.assert_close(value, (last_two[0][name] + last_two[1][name]) / 2)
+        moved += not torch.equal(last_two[0][name], last_two[1][name])
+    assert moved > 3  # the two checkpoints really differ
+    result = cli("platform.evaluate", "--checkpoint", counted_in_updates / "best.pt", "--test",
                  demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--beam", "1",
                  "--average-last", "2", "--out", tmp_path / "avg")
     assert result.returncode == 0, result.stderr[-2000:]
     assert set(json.loads(result.stdout)) >= {"test_avg2_bleu", "test_avg2_chrf", "test_avg2_bleu_tok"}
-    refused = run_module("platform.evaluate", "--checkpoint", three_epochs / "best.pt", "--test",
-                         demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--average-last", "3",
+    refused = run_module("platform.evaluate", "--checkpoint", counted_in_updates / "best.pt", "--test",
+                         demo_dataset / "conllu" / "test", "--src", "sov", "--tgt", "svo", "--average-last", "4",
                          "--out", tmp_path / "refused")
-    assert refused.returncode == 2 and "kept the weights of 2 epoch(s)" in refused.stderr
+    assert refused.returncode == 2 and "kept the weights of 3 checkpoint(s)" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("refused*"))
 
 

@@ -267,9 +267,10 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
                                 text=True, cwd=ROOT, timeout=300)
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(translated.stdout.splitlines()) == 2
-    # the run kept its 2 epochs' weights (smoke: 2 epochs) in MLflow; their average is evaluated and logged apart
-    assert sorted(a.path for a in client.list_artifacts(run_id, "last_epochs")) == [
-        "last_epochs/epoch_0001.pt", "last_epochs/epoch_0002.pt"]
+    # the run kept its 2 checkpoints' weights (smoke: 2 epochs of 30 updates) in MLflow, named by
+    # update; their average is evaluated and logged apart
+    assert sorted(a.path for a in client.list_artifacts(run_id, "last_checkpoints")) == [
+        "last_checkpoints/update_00000030.pt", "last_checkpoints/update_00000060.pt"]
     averaged = run_module("platform.evaluate", "--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
                           "--beam", "2", "--tracking-uri", uri, "--out", tmp_path / "avg", "--average-last", "2")
     assert averaged.returncode == 0, averaged.stderr[-3000:]

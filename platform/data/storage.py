@@ -98,6 +98,26 @@ class Location:
         except OSError as error:
             raise UserError(f"{self}: cannot write: {_first_line(error)}") from None
 
+    def write_bytes_atomically(self, data: bytes) -> None:
+        """Write so that a reader sees the old file or the whole new one: a local file is
+        written beside and renamed; an object store's single upload is atomic already."""
+        if not self.local:
+            self.write_bytes(data)
+            return
+        from platform import atomic
+
+        atomic.write_file(self.path, lambda handle: handle.write(data))
+
+    def list_names(self) -> list[str]:
+        """The names of the files directly under this directory (none where it does not exist)."""
+        from pyarrow.fs import FileSelector, FileType
+
+        try:
+            found = self.fs.get_file_info(FileSelector(self.path, allow_not_found=True))
+        except OSError as error:
+            raise UserError(f"{self}: cannot list: {_first_line(error)}") from None
+        return [info.base_name for info in found if info.type == FileType.File]
+
     def delete(self) -> None:
         """Remove this file or directory tree (nothing if absent)."""
         try:

@@ -14,6 +14,7 @@ from typing import Any
 
 from platform import config as config_io
 from platform.data import dataset as ds
+from platform.data.storage import locate
 from platform.errors import UserError
 from platform.launch.cluster import start_ray
 from platform.launch.warm_start import WarmStart
@@ -94,7 +95,8 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
         train_loop_per_worker,
         train_loop_config={"config": config, "dataset": job.dataset,
                            "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
-                           "started_at": job.started_at, "init": job.init.loop_config() if job.init else None},
+                           "started_at": job.started_at, "init": job.init.loop_config() if job.init else None,
+                           "kept_at": kept_location(job)},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu,
                                                resources_per_worker=resources),
         torch_config=NodeBoundTorchConfig(),  # the process group listens on the node address only
@@ -110,6 +112,12 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
         return trainer.fit()
     except ray.train.TrainingFailedError as error:
         raise TrainingFailed(f"training failed: {_root_cause(error)}") from None
+
+
+def kept_location(job: Job) -> str:
+    """Where the run's kept weights live (``training.averaging``): beside Ray's checkpoints of
+    the run, in its storage path, so a restarted worker group finds them."""
+    return locate(job.storage_path).child(job.run_name).child("kept").uri
 
 
 def _root_cause(error: BaseException) -> str:

@@ -41,6 +41,8 @@ class TrainRequest:
     log_every: int | None = None
     validate_every: int | None = None
     save_every: int | None = None
+    average_last: int | None = None
+    keep_best: int | None = None
     smoke: bool = False
     experiment: str = "syntax-nmt"
     tracking_uri: str | None = None
@@ -95,7 +97,9 @@ def resolved(request: TrainRequest) -> tuple[str, str, TrainConfig]:
     recipe, _ = recipes.recipe_for(model, request.recipe)
     intervals = [f"{key}={value}" for key, value in (("log_every", request.log_every),
                                                       ("validate_every", request.validate_every),
-                                                      ("save_every", request.save_every)) if value is not None]
+                                                      ("save_every", request.save_every),
+                                                      ("average_last", request.average_last),
+                                                      ("keep_best", request.keep_best)) if value is not None]
     config = resolve_config(model, "smoke" if request.smoke else request.size, recipe=recipe,
                             config_file=request.config, overrides=[*request.overrides, *intervals],
                             max_epochs=request.max_epochs, max_updates=request.max_updates)

@@ -13,9 +13,10 @@ from typing import Any
 
 from platform import compat
 from platform.data.dataset import PreparedDataset
+from platform.data.storage import locate
 from platform.tracking.logger import RunLogger
 from platform.tracking.system import node_sampler
-from platform.training.averaging import LAST_EPOCHS, epoch_files, keep_epoch
+from platform.training.averaging import KeptWeights
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.context import Context, chosen_precision
@@ -52,7 +53,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     location = loop["dataset"].location  # a DatasetRef
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
     example = dataset.dev.texts["src_text"][0] if dataset.dev is not None else "a source sentence"
-    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example)
+    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example, loop["kept_at"])
     if hooks.logger is not None:  # what ``precision: auto`` chose on this device, and which GPU Ray gave rank 0
         hooks.logger.tag("precision", chosen_precision(config.precision, ctx.device))
         hooks.logger.tag("device", str(ctx.device))
@@ -111,8 +112,11 @@ class RayHooks:
     resuming from ``ray.train.get_checkpoint()``, and rank 0's MLflow logging."""
 
     def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str,
-                 example_source: str = "a source sentence"):
+                 example_source: str = "a source sentence", kept_at: str = ""):
         self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
+        # the kept weights (averaging window, best N) in the run's storage: they outlive a worker
+        self.kept = (KeptWeights(locate(kept_at), config.average_last, config.keep_best, config.best_mode)
+                     if rank == 0 and kept_at else None)
         self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
         self.logger = RunLogger(tracking_uri, run_id) if rank == 0 else None
         self.num_parameters = 0.0  # set by wrap
@@ -141,9 +145,8 @@ class RayHooks:
         with checkpoint.as_directory() as directory:
             state = load_checkpoint(Path(directory) / CHECKPOINT_FILE)
         self.history = list(state["progress"]["history"])
-        # the averaging window starts again at the resumed epoch (older weights were on the lost worker)
-        if self.rank == 0:
-            self.keep_weights(state["progress"]["epoch"], state["model"], self.config.keep_last_epochs)
+        if self.kept is not None:  # what was kept after this checkpoint is trained (and kept) again
+            self.kept.forget_after(state["progress"]["step"])
         if self.logger is not None:  # visible in MLflow: this run survived a failure
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
             self.logger.tag("restarts", str(restarts))
@@ -157,8 +160,9 @@ class RayHooks:
             self.logger.tag("diverged", reason)
             self.logger.drain(30)  # in the store before Ray restarts the group, which reads it
 
-    def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
-        keep_epoch(self.workdir / LAST_EPOCHS, epoch, weights, keep)  # logged to MLflow by finish()
+    def keep_weights(self, step: int, weights: dict, score: float | None, config: TrainConfig) -> None:
+        if self.kept is not None:  # logged to MLflow by finish()
+            self.kept.keep(step, weights, score)
 
     def progress(self, metrics, step) -> None:
         self.logger.metrics(metrics, step=step)
@@ -229,8 +233,10 @@ class RayHooks:
             log_parse_heat_map(self.logger, best, self.dataset_dir, self.workdir)
             if best.exists():  # the best checkpoint as an MLflow model (runs table's Models column, registry)
                 self._log_mlflow_model(best)
-            for path in epoch_files(self.workdir / LAST_EPOCHS):  # for evaluate --average-last
-                self.logger.artifact(path, LAST_EPOCHS)
+            if self.kept is not None:  # for evaluate --average-last, and the best N
+                for kind, paths in self.kept.copy_to(self.workdir / "kept").items():
+                    for path in paths:
+                        self.logger.artifact(path, kind)
             # how long rank 0's calls into MLflow held training up (RunLogger.held_s): ~0 by design
             last = int(self.history[-1]["step"]) if self.history else 0
             self.logger.metrics({"tracking_wait_s": self.logger.held_s}, step=last)

@@ -1,4 +1,4 @@
-"""A training run's files in MLflow: its best checkpoint and its kept last epochs fetched, and
+"""A training run's files in MLflow: its best checkpoint and its last checkpoints' weights fetched, and
 the test results of an evaluation logged back onto it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform.errors import UserError
-from platform.training.averaging import LAST_EPOCHS
+from platform.training.averaging import LAST, LEGACY_LAST, kept_files
 from platform.training.checkpoint import CHECKPOINT_FILE
 
 
@@ -21,15 +21,20 @@ def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> P
     return Path(path)
 
 
-def fetch_kept_epochs(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
-    """Download the last epochs' weights the run kept (``training.averaging.LAST_EPOCHS``) into
-    ``directory``; returns their directory (``directory`` itself, empty, where it kept none)."""
+def fetch_kept(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
+    """Download the last checkpoints' weights the run kept (``training.averaging.LAST``; a
+    run from before update checkpoints: its ``LEGACY_LAST`` epochs) into ``directory``; returns
+    their directory (``directory`` itself, empty, where it kept none)."""
     from platform.tracking.store import client
 
-    try:
-        return Path(client(tracking_uri).download_artifacts(run_id, LAST_EPOCHS, str(directory)))
-    except Exception:  # noqa: BLE001 - no such artifact: the run kept none
-        return Path(directory)
+    for kind in (LAST, LEGACY_LAST):
+        try:
+            fetched = Path(client(tracking_uri).download_artifacts(run_id, kind, str(directory)))
+        except Exception:  # noqa: BLE001 - no such artifact: the run kept none there
+            continue
+        if kept_files(fetched):
+            return fetched
+    return Path(directory)
 
 
 def log_test_results(tracking_uri: str, run_id: str, result, files: list[Path], test_name: str,

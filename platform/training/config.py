@@ -95,7 +95,8 @@ class TrainConfig:
     keep_last: int = 2  # resume checkpoints kept in the run's storage (Ray's num_to_keep)
     best_metric: Literal["dev_bleu", "dev_chrf", "dev_loss"] = "dev_bleu"  # chooses the best checkpoint
     patience: int | None = None  # stop after this many validations without a better best_metric
-    keep_last_epochs: int = 5  # weights of the last N epochs, for evaluate --average-last (0: none)
+    average_last: int = 5  # weights of the last N checkpoints kept, for evaluate --average-last (0: none)
+    keep_best: int = 0  # weights of the N best validations kept (the best checkpoint itself always is)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 or fp16 by the GPU, fp32 on CPU
     # torch.compile of the training forward and loss (step.compiled); reduce-overhead: with CUDA
     # graphs.  Pair it with batching.bucket (e.g. 8) so batches come in a few shapes
@@ -109,7 +110,7 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {value}")
-        for name in ("log_every", "keep_last_epochs"):
+        for name in ("log_every", "average_last", "keep_best"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
         if self.keep_last < 1:
@@ -164,7 +165,7 @@ RUN_PRESETS = {
     "paper": {"batching": {"max_tokens": 4096}, "optim": {"lr": 7e-4, "warmup_steps": 4000}},
     # 200-update epochs: a trial's start-up (Ray Train's worker group) is paid once per trial, so
     # shorter epochs spend more of a sweep starting trials
-    "sweep": {"max_epochs": 4, "max_steps_per_epoch": 200, "eval": {"max_sentences": 200}, "keep_last_epochs": 0,
+    "sweep": {"max_epochs": 4, "max_steps_per_epoch": 200, "eval": {"max_sentences": 200}, "average_last": 0,
               "batching": {"max_tokens": 1500}, "optim": {"warmup_steps": 100}},
     "smoke": {"max_epochs": 2, "max_steps_per_epoch": 8, "eval": {"max_sentences": 40},
               "optim": {"warmup_steps": 10}, "batching": {"max_tokens": 1024}},

@@ -18,8 +18,9 @@ import torch
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.data.prefetch import Prefetched
+from platform.data.storage import locate
 from platform.data.subwords import SubwordModel
-from platform.training.averaging import LAST_EPOCHS, keep_epoch
+from platform.training.averaging import KeptWeights
 from platform.training.checkpoint import (
     CHECKPOINT_FILE,
     IncompatibleCheckpoint,
@@ -57,8 +58,9 @@ class Hooks:
     def diverged(self, reason: str) -> None:
         """Training stops for good with ``reason`` (the loss became NaN/inf)."""
 
-    def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
-        """Rank 0, each epoch: the model weights for checkpoint averaging (the newest ``keep``)."""
+    def keep_weights(self, step: int, weights: dict, score: float | None, config: TrainConfig) -> None:
+        """Rank 0, at each checkpoint before it is reported: its model weights for averaging
+        (``config.average_last``) and, validated (``score``), for the best N (``config.keep_best``)."""
 
 
 @dataclass
@@ -75,10 +77,15 @@ class LocalHooks(Hooks):
 
     def resume(self) -> dict | None:
         last = Path(self.directory) / "last.pt"
-        return load_checkpoint(last) if last.exists() else None
+        if not last.exists():
+            return None
+        state = load_checkpoint(last)
+        KeptWeights(locate(self.directory), 0).forget_after(state["progress"]["step"])
+        return state
 
-    def keep_weights(self, epoch: int, weights: dict, keep: int) -> None:
-        keep_epoch(Path(self.directory) / LAST_EPOCHS, epoch, weights, keep)
+    def keep_weights(self, step: int, weights: dict, score: float | None, config: TrainConfig) -> None:
+        KeptWeights(locate(self.directory), config.average_last, config.keep_best, config.best_mode).keep(
+            step, weights, score)
 
     def report(self, metrics, state, evaluation, is_best, final=False) -> None:
         self.reported.append(metrics)
@@ -232,7 +239,6 @@ class _Run:
         self.progress["epoch"] += 1
         self.progress["epoch_step"] = 0
         self.sampler.set_epoch(self.progress["epoch"])  # a checkpoint from here resumes at the next epoch
-        self.keep_weights()
         return self.after_update(epoch_end=True)
 
     def updates_per_epoch(self) -> int:
@@ -339,6 +345,7 @@ class _Run:
                  if self.ctx.rank == 0 else None)
         if self.ctx.rank == 0 and validate:
             self.log(progress_line(metrics, self.config))
+        self.keep_weights(metrics, validate)
         self.hooks.report(metrics, state, evaluation, is_best, final=final or stop)
         self.window.reset()
         self.logged.began += time.perf_counter() - began  # a progress line's tokens/s counts updates only
@@ -359,10 +366,12 @@ class _Run:
             window.started_at = None
         return metrics
 
-    def keep_weights(self) -> None:
-        """Rank 0, at each epoch's end: the weights for checkpoint averaging."""
-        if self.ctx.rank == 0 and self.config.keep_last_epochs:
-            self.hooks.keep_weights(self.progress["epoch"], self.model.state_dict(), self.config.keep_last_epochs)
+    def keep_weights(self, metrics: dict[str, float], validated: bool) -> None:
+        """Rank 0, at each checkpoint: its weights for averaging and for the best N."""
+        config = self.config
+        if self.ctx.rank == 0 and (config.average_last or config.keep_best):
+            score = metrics.get(config.best_metric) if validated else None
+            self.hooks.keep_weights(self.progress["step"], self.model.state_dict(), score, config)
 
 
 def _update_best(progress: dict, metrics: dict[str, float], config: TrainConfig) -> bool:

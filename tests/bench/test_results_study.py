@@ -62,7 +62,7 @@ def test_every_row_gets_the_same_budget_in_updates_and_its_own_recipe(study):
     for config in (base, dbsa, deprel):
         assert (config.max_updates, config.max_steps_per_epoch, config.max_epochs) == (1200, 300, None)
         assert (config.seed, config.patience, config.eval.max_sentences) == (2, None, None)  # all 500 dev pairs
-        assert config.keep_last_epochs == study.AVERAGE_LAST
+        assert config.average_last == study.AVERAGE_LAST
         # one schedule and batch for all (the size's: a 4,000-update warm-up exceeds the budget)
         assert (config.optim.lr, config.optim.warmup_steps, config.batching.max_tokens) == (
             base.optim.lr, base.optim.warmup_steps, base.batching.max_tokens)

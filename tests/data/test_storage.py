@@ -123,3 +123,19 @@ def test_a_uris_own_options_reach_every_file_of_the_dataset(s3_server, demo_data
     assert ds.read_subword_model(uri, "src") == ds.read_subword_model(demo_dataset, "src")
     with pytest.raises(UserError, match=r"^s3://data/options already exists"):
         storage.publish(demo_dataset, uri)
+
+
+def test_kept_weights_live_on_s3_as_in_a_directory(on_s3, tmp_path):
+    import torch
+
+    from platform.training.averaging import LAST, KeptWeights, kept_files
+
+    kept = KeptWeights(storage.locate("s3://data/run/kept"), last=2, best=1)
+    for step in (5, 10, 15):
+        kept.keep(step, {"w": torch.full((1,), float(step))}, float(step) if step != 15 else None)
+    assert kept.names(LAST) == ["update_00000010.pt", "update_00000015.pt"]  # the oldest deleted
+    kept.forget_after(12)
+    assert kept.names(LAST) == ["update_00000010.pt"]
+    assert kept.names("best_checkpoints") == ["update_00000010_score_10.pt"]
+    copies = kept.copy_to(tmp_path)
+    assert copies[LAST] == kept_files(tmp_path / LAST) == [tmp_path / LAST / "update_00000010.pt"]

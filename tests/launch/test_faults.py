@@ -96,7 +96,7 @@ def test_a_killed_worker_resumes_mid_epoch_in_the_same_run_and_logs_what_an_outa
         assert train.main(["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2",
                            "--max-epochs", "3", "--set", "max_steps_per_epoch=30", "--save-every", str(save_every),
                            "--experiment", "relog", "--tracking-uri", server.uri, "--storage-path", str(storage),
-                           "--max-failures", "1", "--name", "victim"]) == 0
+                           "--max-failures", "1", "--name", "victim", "--average-last", "8"]) == 0
         thread.join(timeout=400)
         assert not failures, failures
         assert len(killed) == 1 and live == [sorted(killed[0].values())]
@@ -109,6 +109,15 @@ def test_a_killed_worker_resumes_mid_epoch_in_the_same_run_and_logs_what_an_outa
         resumed_at = int(run.data.tags["resumed_from_update"])
         assert 2 * per_epoch < resumed_at < 3 * per_epoch and resumed_at % save_every == 0, (resumed_at, per_epoch)
         assert run.data.metrics["step"] == 3 * per_epoch  # the updates of 3 epochs, counted across the kill
+        # the last 8 checkpoints' weights (every 5 updates and each epoch's end), by update: those
+        # kept before the kill (epoch 2's end and earlier) outlived the worker in the run's storage
+        checkpoints = sorted({*range(save_every, 3 * per_epoch + 1, save_every), per_epoch, 2 * per_epoch,
+                              3 * per_epoch})[-8:]
+        assert checkpoints[0] <= 2 * per_epoch < resumed_at
+        assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "last_checkpoints")) == [
+            f"last_checkpoints/update_{step:08d}.pt" for step in checkpoints]
+        assert sorted(path.name for path in (storage / "victim" / "kept" / "last_checkpoints").iterdir()) == [
+            f"update_{step:08d}.pt" for step in checkpoints]
     finally:
         if server.process.poll() is None:
             server.stop()

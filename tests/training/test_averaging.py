@@ -1,17 +1,40 @@
-"""Checkpoint averaging: the kept window of epoch weights and their element-wise mean."""
+"""Checkpoint averaging: the kept weights (the last N checkpoints by update, the best N by
+score), what a resumed run forgets, and the element-wise mean."""
 
 import pytest
 import torch
 
-from platform.training.averaging import average, epoch_files, keep_epoch
+from platform.data.storage import locate
+from platform.training.averaging import BEST, LAST, KeptWeights, average, kept_files, kept_weights
 
 
-def test_the_window_keeps_the_newest_epochs_only(tmp_path):
-    for epoch in range(1, 8):
-        kept = keep_epoch(tmp_path, epoch, {"w": torch.full((2,), float(epoch))}, keep=3)
-    assert [path.name for path in kept] == ["epoch_0005.pt", "epoch_0006.pt", "epoch_0007.pt"]
-    assert epoch_files(tmp_path) == kept  # older files deleted: bounded on disk
-    assert keep_epoch(tmp_path / "none", 1, {"w": torch.zeros(1)}, keep=0) == [] and not (tmp_path / "none").exists()
+def weights(value: float) -> dict:
+    return {"w": torch.full((2,), value)}
+
+
+def test_the_window_keeps_the_newest_checkpoints_by_update_and_the_best_by_score(tmp_path):
+    kept = KeptWeights(locate(tmp_path), last=3, best=2, mode="max")
+    scores = {100: 5.0, 200: 9.0, 300: None, 400: 7.0, 500: 9.0, 1000: 1.0}  # None: a save_every checkpoint
+    for step, score in scores.items():
+        kept.keep(step, weights(float(step)), score)
+    assert kept.names(LAST) == ["update_00000400.pt", "update_00000500.pt", "update_00001000.pt"]  # not by name
+    assert [float(kept_weights(path)["w"][0]) for path in kept_files(tmp_path / LAST)] == [400.0, 500.0, 1000.0]
+    # the two best validations: of the tied 9.0s, both; 300 was never validated
+    assert kept.names(BEST) == ["update_00000200_score_9.pt", "update_00000500_score_9.pt"]
+    assert not list(tmp_path.rglob("*.tmp*"))  # written aside, then renamed
+    lowest = KeptWeights(locate(tmp_path / "loss"), last=0, best=1, mode="min")
+    for step, loss in ((1, 3.5), (2, 2.25), (3, 2.5)):
+        lowest.keep(step, weights(loss), loss)
+    assert lowest.names(BEST) == ["update_00000002_score_2.25.pt"] and lowest.names(LAST) == []
+
+
+def test_a_resumed_run_forgets_only_what_it_kept_after_its_checkpoint(tmp_path):
+    kept = KeptWeights(locate(tmp_path), last=5, best=5)
+    for step in (10, 20, 30, 40):
+        kept.keep(step, weights(float(step)), float(step))
+    kept.forget_after(20)
+    assert kept.names(LAST) == ["update_00000010.pt", "update_00000020.pt"]
+    assert kept.names(BEST) == ["update_00000010_score_10.pt", "update_00000020_score_20.pt"]
 
 
 def test_average_is_the_element_wise_mean_and_keeps_integer_buffers_from_the_last():

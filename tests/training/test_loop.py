@@ -6,6 +6,7 @@ import torch
 from helpers import tiny_config
 
 from platform.data.dataset import PreparedDataset as Dataset
+from platform.training.averaging import BEST, LAST, kept_files, kept_weights
 from platform.training.context import Context
 from platform.training.loop import LocalHooks, fit
 
@@ -110,7 +111,8 @@ def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_of_the_same_order(demo
     final weights."""
     from platform.training import loop
 
-    config = tiny_config(max_epochs=2, max_steps_per_epoch=5, save_every=2, eval={"max_sentences": 5})
+    config = tiny_config(max_epochs=2, max_steps_per_epoch=5, save_every=2, eval={"max_sentences": 5},
+                         average_last=3, keep_best=1)
     dataset = Dataset.open(demo_dataset)
     real_step, seen = loop.train_step, []
 
@@ -140,3 +142,15 @@ def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_of_the_same_order(demo
         "resumed from epoch 0 (update 4)", "resumed from epoch 1 (update 8)"]
     weights = [torch.load(tmp_path / run / "last.pt", weights_only=True)["model"] for run in ("whole", "killed")]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    # the kept weights: the last 3 checkpoints by update (epoch ends 5 and 10 among them) and the
+    # best validation, the same files with the same weights as the uninterrupted run's
+    last = [kept_files(tmp_path / run / LAST) for run in ("whole", "killed")]
+    assert [path.name for path in last[0]] == ["update_00000006.pt", "update_00000008.pt", "update_00000010.pt"]
+    best = [kept_files(tmp_path / run / BEST) for run in ("whole", "killed")]
+    assert len(best[0]) == 1 and best[0][0].name.startswith(("update_00000005_", "update_00000010_"))
+    for whole_file, killed_file in zip(last[0] + best[0], last[1] + best[1], strict=True):
+        assert whole_file.name == killed_file.name
+        kept = [kept_weights(whole_file), kept_weights(killed_file)]
+        assert all(torch.equal(kept[0][name], kept[1][name]) for name in kept[0])
+    final = kept_weights(last[0][-1])
+    assert all(torch.equal(final[name], weights[0][name]) for name in final)  # update 10's are the last.pt's
