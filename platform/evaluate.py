@@ -12,7 +12,8 @@ the papers report), and for DBSA ``test_uas_enc`` / ``test_uas_dec`` against the
 Hypotheses and references are written next to ``--out`` (``OUT.hyp``, ``OUT.ref`` detokenized;
 ``OUT.tok.hyp``, ``OUT.tok.ref`` tokenized), with ``OUT.sacrebleu.sh``, the sacrebleu command
 lines that reproduce the scores; with ``--run`` the metrics and files are also logged to that
-MLflow run.  ``--average-last N`` evaluates the average of the last N checkpoints' weights instead of
+MLflow run (and, with ``--register-model NAME``, its model registered as a new version of NAME,
+tagged with these scores).  ``--average-last N`` evaluates the average of the last N checkpoints' weights instead of
 the best checkpoint (Vaswani et al. average the last 5), as ``test_avgN_bleu``, ... (files under
 ``test_avgN/``).
 
@@ -46,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", metavar="PREFIX",
                         help="where to write hypotheses/references (default: test name in cwd; with --hyp, "
                              "OUT.sacrebleu.sh, default the --hyp file's name in cwd)")
+    parser.add_argument("--register-model", metavar="NAME",
+                        help="with --run: register its best model as a new version of NAME in MLflow's model "
+                             "registry, tagged with these test scores, with the alias 'champion'")
     plain = parser.add_argument_group("plain text (no model)")
     plain.add_argument("--hyp", metavar="FILE", help="a system's translations, one detokenized sentence per line")
     plain.add_argument("--ref", metavar="FILE", help="the references, line by line")
@@ -69,11 +73,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def score_model(args) -> int:
     from platform.inference import Trained, write_outputs
+    from platform.tracking.registry import check_model_name, register
     from platform.tracking.run_files import log_test_results
     from platform.tracking.store import resolve_tracking_uri
 
     if args.tokenize:
         raise UserError("--tokenize goes with --hyp/--ref; a model's scores use its target language's tokenizer")
+    if args.register_model is not None:
+        check_model_name(args.register_model)
+        if not args.run or args.average_last is not None:
+            raise UserError("--register-model registers the best model of a --run (not a --checkpoint file, nor "
+                            "--average-last weights, which are no logged model)")
     tracking_uri = resolve_tracking_uri(args.tracking_uri) if args.run else None  # --checkpoint: no MLflow
     trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint, tracking_uri=tracking_uri, device=args.device,
                            average_last=args.average_last)
@@ -88,6 +98,8 @@ def score_model(args) -> int:
     print(f"to recompute the scores: cd {files[-1].parent} && sh {files[-1].name}", file=sys.stderr)
     if args.run:
         log_test_results(tracking_uri, args.run, result, files, Path(args.test).name, kind)
+    if args.register_model:
+        print(register(tracking_uri, args.run, args.register_model, "platform.evaluate").line(), file=sys.stderr)
     return 0
 
 

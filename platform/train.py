@@ -71,12 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", help="Ray cluster address (default: start a local one, or 'auto')")
     parser.add_argument("--init-from", metavar="SOURCE",
                         help="start from these weights in a new run: an MLflow run id (its best checkpoint), "
-                             "models:/NAME/VERSION, a checkpoint URI (runs:/..., s3://...) or a checkpoint file")
+                             "models:/NAME/VERSION or models:/NAME@champion, a checkpoint URI (runs:/..., "
+                             "s3://...) or a checkpoint file")
     parser.add_argument("--init-optimizer", action="store_true",
                         help="with --init-from: continue its optimiser and learning-rate schedule too (default: fresh)")
     parser.add_argument("--continue", dest="continue_run", action="store_true",
                         help="with --name of a finished run: train it on, in the same run, to the new "
                              "--max-epochs/--max-updates")
+    parser.add_argument("--register-model", metavar="NAME",
+                        help="register the run's best model as a new version of NAME in MLflow's model registry, "
+                             "with the alias 'champion'")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     return parser
 

@@ -65,8 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="after the search, train the K best configs and the space's baseline again with "
                              "--confirm-seeds seeds each, score them on test, and test them against the baseline")
     parser.add_argument("--confirm-seeds", type=int, default=3, help="seeds per confirmed config (default 3)")
+    parser.add_argument("--register-model", metavar="NAME",
+                        help="register the best trial's model (with --confirm: the confirmation's winner, the seed "
+                             "run with its best dev score) as a new version of NAME, with the alias 'champion'")
     parser.add_argument("--study-storage", metavar="URL",
-                        help="the Optuna study's RDB storage (a SQLAlchemy URL; default sqlite:///runs/NAME/optuna.db)")
+                        help="the Optuna study's RDB storage (a SQLAlchemy URL; default $NMT_STUDY_STORAGE, else "
+                             "sqlite:///runs/NAME/optuna.db)")
     parser.add_argument("--size", choices=["sweep", "cpu", "paper"], default="sweep",
                         help="trial defaults: sweep (small models, 200-step epochs; the default), cpu, paper")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -220,20 +220,22 @@ class MotoServer:
         self.process.wait(timeout=30)
 
 
-def served_predictions(model_dir: Path, scratch: Path, inputs: list[str], params: dict | None = None) -> list[str]:
-    """What ``mlflow models serve`` of ``model_dir`` answers over HTTP on 127.0.0.1 for ``inputs``;
-    it runs from a directory outside the repository (where ``platform`` is the standard library's
-    until the model loads) and is stopped before this returns."""
+def served_predictions(model: Path | str, scratch: Path, inputs: list[str], params: dict | None = None,
+                       tracking_uri: str | None = None) -> list[str]:
+    """What ``mlflow models serve -m MODEL`` (a directory, or a ``models:/`` URI of the store at
+    ``tracking_uri``) answers over HTTP on 127.0.0.1 for ``inputs``; it runs from a directory
+    outside the repository (where ``platform`` is the standard library's until the model loads)
+    and is stopped before this returns."""
     import json
     import urllib.request
 
     port = free_port()
     outside = scratch / "elsewhere"
     outside.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": f"sqlite:///{scratch}/unused.db"}
+    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": tracking_uri or f"sqlite:///{scratch}/unused.db"}
     log_path = scratch / "serve.log"
     with open(log_path, "w") as log:
-        serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(model_dir), "--env-manager", "local",
+        serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(model), "--env-manager", "local",
                  "-h", "127.0.0.1", "-p", str(port)]
         server = subprocess.Popen(serve, cwd=outside, stdout=log, stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)

@@ -160,9 +160,17 @@ def test_update_limits_then_continue_the_finished_run_then_fine_tune_it_in_a_new
     checkpoints = sorted((tmp_path / "runs" / "source").glob("checkpoint_*/checkpoint.pt"))
     assert [torch.load(path, weights_only=True)["progress"]["step"] for path in checkpoints] == [6, 12]
 
-    assert train.main([*args, "--name", "source", "--max-updates", "18", *intervals, "--continue"]) == 0
+    assert train.main([*args, "--name", "source", "--max-updates", "18", *intervals, "--continue",
+                       "--register-model", "nmt-warm"]) == 0
     client, (source,) = runs_of(uri, "warm")
     assert source.info.status == "FINISHED" and source.data.tags["continued_to"] == "max_updates=18"
+    # registered: a version of its logged model, tagged with its metrics and recipe, the alias on it
+    version = client.get_model_version_by_alias("nmt-warm", "champion")
+    (logged,) = source.outputs.model_outputs
+    assert (str(version.version), version.run_id, version.tags["model_id"]) == ("1", source.info.run_id,
+                                                                               logged.model_id)
+    assert version.tags["metric.dev_bleu"] == f"{source.data.metrics['dev_bleu']:.6g}"
+    assert version.tags["recipe"] == source.data.tags["recipe"] and version.tags["registered_by"] == "platform.train"
     assert [int(m.step) for m in client.get_metric_history(source.info.run_id, "dev_bleu")] == [6, 12, 18]
     best_step = int(source.data.tags["best_step"])
 
@@ -170,10 +178,11 @@ def test_update_limits_then_continue_the_finished_run_then_fine_tune_it_in_a_new
         return {key: next(m.value for m in client.get_metric_history(run_id, key) if m.step == step)
                 for key in ("dev_loss", "dev_bleu", "dev_chrf")}
 
-    assert train.main([*args, "--name", "tuned", "--init-from", source.info.run_id, "--max-updates", "4"]) == 0
+    assert train.main([*args, "--name", "tuned", "--init-from", "models:/nmt-warm@champion", "--max-updates",
+                       "4"]) == 0
     client, found = runs_of(uri, "warm")
     (tuned,) = [run for run in found if run.info.run_id != source.info.run_id]
-    assert tuned.info.status == "FINISHED" and tuned.data.tags["init_from"] == source.info.run_id
+    assert tuned.info.status == "FINISHED" and tuned.data.tags["init_from_run"] == source.info.run_id
     assert [int(m.step) for m in client.get_metric_history(tuned.info.run_id, "dev_bleu")] == [0, 4]
     # before any update, the loaded weights score exactly what the source's best checkpoint scored
     assert dev_at(tuned.info.run_id, 0) == pytest.approx(dev_at(source.info.run_id, best_step), abs=1e-9)
@@ -246,7 +255,7 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     run_id = runs[0].info.run_id
     out = tmp_path / "tanaka-test"
     result = run_module("platform.evaluate", "--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
-                        "--beam", "2", "--tracking-uri", uri, "--out", out)
+                        "--beam", "2", "--tracking-uri", uri, "--out", out, "--register-model", "nmt-tanaka")
     assert result.returncode == 0, result.stderr[-3000:]
     hyps = (tmp_path / "tanaka-test.hyp").read_text().splitlines()
     refs = (tmp_path / "tanaka-test.ref").read_text().splitlines()
@@ -257,6 +266,10 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     client, runs = runs_of(uri, "tanaka")
     logged = runs[0].data.metrics["test_bleu"]
     assert float(cli.stdout.strip()) == pytest.approx(logged, abs=1e-3)
+    # registered with the scores it was just tested with (MLflow's registry, alias champion)
+    version = client.get_model_version_by_alias("nmt-tanaka", "champion")
+    assert version.run_id == run_id and version.tags["registered_by"] == "platform.evaluate"
+    assert version.tags["metric.test_bleu"] == f"{logged:.6g}" and "registered model 'nmt-tanaka'" in result.stderr
     # the written sacrebleu commands reproduce all three scores
     metrics = runs[0].data.metrics
     assert sacrebleu_scores(tmp_path / "tanaka-test.sacrebleu.sh") == pytest.approx(

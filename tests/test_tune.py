@@ -1,6 +1,7 @@
 """Real sweeps: real local Ray cluster, real Optuna, real MLflow sqlite store."""
 
 import re
+import statistics
 
 import pytest
 from helpers import runs_of, sweep_args
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cluster, demo_dataset, tmp_path, capsys):
-    assert tune.main(sweep_args(demo_dataset, tmp_path, "--name", "s1")) == 0
+    assert tune.main(sweep_args(demo_dataset, tmp_path, "--name", "s1", "--register-model", "nmt-sweep")) == 0
     table = capsys.readouterr().out
     client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "sweep")
     parents = [r for r in runs if r.data.tags.get("sweep_parent") == "s1"]
@@ -43,6 +44,9 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
     assert ([o.model_id for o in parents[0].outputs.model_outputs]
             == [o.model_id for o in best_child.outputs.model_outputs])
     assert len(best_child.outputs.model_outputs) == 1
+    version = client.get_model_version_by_alias("nmt-sweep", "champion")  # --register-model: the best trial's
+    assert version.run_id == best_child.info.run_id and version.tags["sweep"] == "s1"
+    assert "registered model 'nmt-sweep' version 1" in table
     # every trial that ran all its epochs has its end-of-run logging (Tune stops a trial at its
     # last result: that logging must come before it, or it is cut off)
     complete = [c for c in children if c.data.tags.get("pruned") != "true"]
@@ -125,7 +129,7 @@ def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_
     args = sweep_args(demo_dataset, tmp_path, "--name", "p1", "--num-trials", "2", "--search", "random",
                       "--scheduler", "none", "--confirm", "1", "--confirm-seeds", "2", "--max-concurrent", "2",
                       "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8",
-                      experiment="papers", space="papers")
+                      "--register-model", "nmt-papers", experiment="papers", space="papers")
     watcher = StudyWatcher(tmp_path / "runs" / "p1" / "optuna.db", "p1")
     try:
         assert tune.main(args) == 0
@@ -177,6 +181,15 @@ def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_
     means = [r.data.metrics["test_bleu"] for r in confirms if r.data.tags["confirm_of"] == best]
     assert f"{sum(means) / len(means):.2f} ±" in row
     assert "Confirmation on test" in out and best in out
+    # --register-model: the winner (the higher mean test BLEU), its seed run with the better dev BLEU
+    means_of = {config: statistics.mean(r.data.metrics["test_bleu"] for r in confirms
+                                        if r.data.tags["confirm_of"] == config) for config in by_config}
+    winner = max(means_of, key=means_of.get)
+    seeds = [r for r in confirms if r.data.tags["confirm_of"] == winner]
+    dev = {r.info.run_id: max(m.value for m in client.get_metric_history(r.info.run_id, "dev_bleu")) for r in seeds}
+    version = client.get_model_version_by_alias("nmt-papers", "champion")
+    assert dev[version.run_id] == max(dev.values()) and version.tags["registered_by"] == "platform.tune"
+    assert f"the confirmation's winner: {winner}, run {version.run_id}" in out
     # platform.report prints the table
     from platform import report
     assert report.main(["--experiment", "papers", "--out", str(tmp_path / "report"), "--tracking-uri", uri]) == 0

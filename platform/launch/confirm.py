@@ -56,6 +56,14 @@ class Confirmation:
     seeds: int
     test_sentences: int
     tests: str  # how the configs were tested against the baseline, or why they were not
+    winner_run_id: str = ""  # the run of the best mean test BLEU's config with its best dev score
+
+    def winner_line(self) -> str:
+        return f"the confirmation's winner: {self.winner_label}, run {self.winner_run_id}"
+
+    @property
+    def winner_label(self) -> str:
+        return max(self.rows, key=lambda row: row["test_bleu_mean"])["config"] if self.rows else ""
 
 
 def candidates(sweep, rows: list[dict[str, Any]], k: int) -> list[Candidate]:
@@ -150,8 +158,24 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
     scored = {(entries[r.config["entry"]]["index"], entries[r.config["entry"]]["seed"]): r.metrics["run_id"]
               for r in results}
     confirmation = confirmation_table(sweep, chosen, scored, seeds)
+    winner = max(range(len(chosen)), key=lambda i: confirmation.rows[i]["test_bleu_mean"])
+    confirmation.winner_run_id = best_by_dev(sweep, [scored[key] for key in sorted(scored) if key[0] == winner])
     log_confirmation(sweep, confirmation)
     return confirmation
+
+
+def best_by_dev(sweep, run_ids: list[str]) -> str:
+    """Of one config's seed runs, the one with the best dev score (the sweep's metric at its best
+    validation): the config was chosen on test, the run among its seeds is not."""
+    client = store.client(sweep.tracking_uri)
+    metric, mode = sweep.space.spec.metric, dict(sweep.space.objectives).get(sweep.space.spec.metric, "max")
+    pick = max if mode == "max" else min
+
+    def best(run_id: str) -> float:
+        values = [m.value for m in client.get_metric_history(run_id, metric)]
+        return pick(values) if values else (float("-inf") if mode == "max" else float("inf"))
+
+    return pick(run_ids, key=best)
 
 
 def _recipe(sweep, candidate: Candidate) -> str:

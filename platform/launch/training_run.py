@@ -18,6 +18,7 @@ from platform.launch.cluster import check_worker_group, default_cpus_per_worker,
 from platform.launch.driver import Job, run
 from platform.launch.warm_start import load_warm_start
 from platform.tracking import runs
+from platform.tracking.registry import check_model_name, register
 from platform.tracking.store import resolve_tracking_uri
 from platform.training import recipes
 from platform.training.config import TrainConfig, resolve_config
@@ -53,6 +54,7 @@ class TrainRequest:
     init_from: str | None = None
     init_optimizer: bool = False
     continue_run: bool = False
+    register_model: str | None = None
     print_config: bool = False
     started_at: float = field(default_factory=time.time)
 
@@ -79,6 +81,8 @@ def train(request: TrainRequest) -> int:
               storage_path=storage, max_failures=request.max_failures, started_at=request.started_at)
     run_id = run(config, job, ray_address=request.address, tags={"recipe": recipe, **(named or {})}, reuse=named)
     print(f"finished: MLflow run {run_id} in experiment {job.experiment!r} ({job.tracking_uri})")
+    if request.register_model:
+        print(register(tracking_uri, run_id, request.register_model, "platform.train").line())
     return 0
 
 
@@ -91,6 +95,8 @@ def resolved(request: TrainRequest) -> tuple[str, str, TrainConfig]:
         raise UserError("give --model NAME or --recipe NAME (see --help)")
     if request.continue_run and not request.name:
         raise UserError("--continue needs the --name of the run to continue")
+    if request.register_model is not None:
+        check_model_name(request.register_model)
     if request.init_optimizer and not request.init_from:
         raise UserError("--init-optimizer goes with --init-from")
     model = request.model or recipes.get_recipe(request.recipe).model

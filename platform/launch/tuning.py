@@ -37,9 +37,18 @@ from platform.launch.driver import Job
 from platform.launch.searcher import SearchSettings, check_settings, grid_size
 from platform.launch.spaces import Space, load_space
 from platform.launch.study import default_storage_url, shown_url
-from platform.launch.summary import closing_lines, log_summary, no_trial_finished, summarize, time_line, time_shares
-from platform.launch.sweep import Sweep, existing_sweep, parent_run, run_sweep
+from platform.launch.summary import (
+    best_row,
+    closing_lines,
+    log_summary,
+    no_trial_finished,
+    summarize,
+    time_line,
+    time_shares,
+)
+from platform.launch.sweep import Sweep, existing_sweep, parent_run, run_sweep, trial_run_tags
 from platform.tracking import runs
+from platform.tracking.registry import Registered, check_model_name, register
 from platform.tracking.relay import start_relay
 from platform.tracking.store import resolve_tracking_uri
 from platform.tracking.tables import format_table
@@ -67,6 +76,7 @@ class SweepRequest:
     time_budget: float | None = None
     confirm: int = 0
     confirm_seeds: int = 3
+    register_model: str | None = None
     study_storage: str | None = None
     size: str = "sweep"
     overrides: list[str] = field(default_factory=list)
@@ -113,6 +123,8 @@ def tune(request: SweepRequest) -> int:
     announce(sweep, log_file)
     outcome = search_and_confirm(sweep, request)
     print_outcome(sweep, outcome)
+    if request.register_model:
+        print(register_best(sweep, outcome, request.register_model).line())
     return 0
 
 
@@ -128,6 +140,8 @@ def searched_space(request: SweepRequest) -> tuple[Space, SearchSettings]:
         space = space.with_objectives(request.objective)
     settings = search_settings(request, space)
     check_settings(settings, space, request.num_trials)
+    if request.register_model is not None:
+        check_model_name(request.register_model)
     if request.seeds_per_config < 1 or request.confirm < 0 or request.confirm_seeds < 1:
         raise UserError("--seeds-per-config and --confirm-seeds must be at least 1, --confirm at least 0")
     return space, settings
@@ -248,6 +262,21 @@ def confirm(sweep: Sweep, rows: list[dict[str, Any]], request: SweepRequest) -> 
           "seeds each, on test", flush=True)
     return run_confirmation(sweep, rows, request.confirm, request.confirm_seeds, resume=request.resume,
                             verbose=request.verbose)
+
+
+def register_best(sweep: Sweep, outcome: Outcome, name: str) -> Registered:
+    """The sweep's model in the registry: the confirmation's winner where there was one, else the
+    best trial's run."""
+    if outcome.confirmed is not None:
+        print(outcome.confirmed.winner_line())
+        run_id = outcome.confirmed.winner_run_id
+    else:
+        best = best_row(outcome.rows, sweep.space.spec.metric)
+        run_id = best and runs.find_run(sweep.tracking_uri, sweep.experiment,
+                                        trial_run_tags(sweep.parent_run_id, str(best["trial"])))
+    if not run_id:
+        raise UserError(f"--register-model {name}: no trial's run to register")
+    return register(sweep.tracking_uri, run_id, name, "platform.tune")
 
 
 def print_outcome(sweep: Sweep, outcome: Outcome) -> None:

@@ -1,13 +1,13 @@
 """Warm start: a new run that starts from the weights of an earlier one (``--init-from``).
 
 The source is an MLflow run id (its best checkpoint), a registered model
-(``models:/NAME/VERSION``: the best checkpoint of the run that logged it), a checkpoint URI that
-MLflow can download (``runs:/RUN/best/checkpoint.pt``, ``s3://...``) or a local checkpoint file.
-The driver loads it once and checks it before any work: the dataset must be encoded with the
-source's own subword models (else every id would mean another piece), and the weights must fit
-the new run's model config.  The weights (and, with ``keep_optimizer``, the optimiser and
-schedule) reach the workers with the run's loop config; a worker that resumes from its own
-checkpoint ignores them.
+(``models:/NAME/VERSION`` or ``models:/NAME@champion``: the best checkpoint of the run that
+logged it), a checkpoint URI that MLflow can download (``runs:/RUN/best/checkpoint.pt``,
+``s3://...``) or a local checkpoint file.  The driver loads it once and checks it before any
+work: the dataset must be encoded with the source's own subword models (else every id would
+mean another piece), and the weights must fit the new run's model config.  The weights (and,
+with ``keep_optimizer``, the optimiser and schedule) reach the workers with the run's loop
+config; a worker that resumes from its own checkpoint ignores them.
 """
 
 from __future__ import annotations
@@ -105,20 +105,28 @@ def _fetch(source: str, tracking_uri: str, scratch: Path) -> tuple[Path, str | N
 
 
 def _registered(source: str, tracking_uri: str) -> tuple[str, str | None]:
-    """``models:/NAME/VERSION`` → the run that logged it and its logged model id."""
-    from platform.tracking.store import client
+    """``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` → the run that logged it and its
+    logged model id."""
+    from platform.tracking.store import client, on_client
 
-    parts = source[len("models:/"):].split("/")
-    if len(parts) != 2 or not all(parts):
-        raise UserError(f"--init-from {source}: expected models:/NAME/VERSION")
+    name, at, alias = source[len("models:/"):].partition("@")
+    parts = [name, alias] if at else name.split("/")
+    if len(parts) != 2 or not all(parts) or "/" in alias:
+        raise UserError(f"--init-from {source}: expected models:/NAME/VERSION or models:/NAME@ALIAS")
     try:
-        version = client(tracking_uri).get_model_version(parts[0], parts[1])
+        run_id, model_id = on_client(client(tracking_uri), _version_of, *parts, by_alias=bool(at))
     except Exception as error:  # noqa: BLE001 - said in one line
         raise UserError(f"--init-from {source}: no such registered model version in {tracking_uri} "
                         f"({' '.join(str(error).split())[:200]})") from None
-    if not version.run_id:
+    if not run_id:
         raise UserError(f"--init-from {source}: the model version names no run to take its checkpoint from")
-    return version.run_id, version.model_id
+    return run_id, model_id
+
+
+def _version_of(mlflow_client, name: str, version_or_alias: str, by_alias: bool) -> tuple[str | None, str | None]:
+    get = mlflow_client.get_model_version_by_alias if by_alias else mlflow_client.get_model_version
+    version = get(name, version_or_alias)
+    return version.run_id, version.model_id or version.tags.get("model_id")  # (registry.register's tag)
 
 
 def _logged_model(run_id: str, tracking_uri: str) -> str | None:

@@ -49,3 +49,4 @@ def log_test_results(tracking_uri: str, run_id: str, result, files: list[Path], 
     logger.tag(f"{kind}_sacrebleu_signature", result.signature)
     for path in files:
         logger.artifact(path, f"{kind}/{test_name}")
+    logger.close()  # delivered (or named lost) before the command goes on

@@ -49,25 +49,44 @@ def translate_cli(monkeypatch, capsys):
     return translated
 
 
-def test_the_pyfunc_model_translates_as_platform_translate_does(trained, tmp_path, monkeypatch, translate_cli):
-    import mlflow
-    import mlflow.pyfunc
+@pytest.fixture(scope="module")
+def registered(trained, tmp_path_factory):
+    """The model logged to a run of a real MLflow store and registered twice as ``nmt-transformer``
+    (``platform.tracking.registry``, what ``--register-model`` calls), the alias ``champion``
+    then moved back to version 1 by hand, as a user would; returns the store's URI."""
+    from mlflow import MlflowClient
 
     from platform.tracking import runs
     from platform.tracking.logger import RunLogger
+    from platform.tracking.registry import register
 
-    directory, sources = trained
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    monkeypatch.chdir(tmp_path)
-    run_id = runs.start_run(uri, "served", "r", {}, {}, "")
+    directory, _ = trained
+    uri = f"sqlite:///{tmp_path_factory.mktemp('registry')}/mlflow.db"
+    run_id = runs.start_run(uri, "served", "r", {}, {"recipe": "vaswani2017/base"}, "")
     logger = RunLogger(uri, run_id)
     logger.model(directory / "mlflow_model", 150, {"model": "transformer"})
+    logger.metrics({"dev_bleu": 12.5}, step=150)
     assert logger.close() == []
-    model_id = mlflow.MlflowClient(uri).get_run(run_id).outputs.model_outputs[0].model_id
-    mlflow.set_tracking_uri(uri)
+    first = register(uri, run_id, "nmt-transformer", "a test")
+    second = register(uri, run_id, "nmt-transformer", "a test")
+    client = MlflowClient(uri)
+    assert (first.version, second.version) == ("1", "2")
+    assert str(client.get_model_version_by_alias("nmt-transformer", "champion").version) == "2"  # moved to the newest
+    client.set_registered_model_alias("nmt-transformer", "champion", "1")
+    version = client.get_model_version("nmt-transformer", "1")
+    assert version.tags["metric.dev_bleu"] == "12.5" and version.tags["recipe"] == "vaswani2017/base"
+    assert version.tags["run_id"] == run_id and version.tags["registered_by"] == "a test"
+    return uri
+
+
+def test_the_pyfunc_model_translates_as_platform_translate_does(trained, registered, translate_cli):
+    import mlflow
+    import mlflow.pyfunc
+
+    directory, sources = trained
+    mlflow.set_tracking_uri(registered)
     try:
-        version = mlflow.register_model(f"models:/{model_id}", "nmt-transformer")
-        loaded = mlflow.pyfunc.load_model(f"models:/nmt-transformer/{version.version}")
+        loaded = mlflow.pyfunc.load_model("models:/nmt-transformer@champion")
     finally:
         mlflow.set_tracking_uri(None)
     signature = loaded.metadata.signature
@@ -76,6 +95,19 @@ def test_the_pyfunc_model_translates_as_platform_translate_does(trained, tmp_pat
     assert len(set(expected)) > 1  # a model whose translations vary
     assert loaded.predict(sources, params={"beam": 2}) == expected
     assert loaded.predict(sources[:2]) == translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources[:2]))
+
+
+def test_a_model_with_no_logged_model_is_not_registered(tmp_path):
+    from platform.errors import UserError
+    from platform.tracking import runs
+    from platform.tracking.registry import register
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = runs.start_run(uri, "served", "r", {}, {}, "")
+    with pytest.raises(UserError, match=f"run {run_id} has no model to register"):
+        register(uri, run_id, "nmt-none", "a test")
+    with pytest.raises(UserError, match="a model name is not empty"):
+        register(uri, run_id, "nmt/none", "a test")
 
 
 def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, tmp_path, translate_cli):
@@ -99,7 +131,10 @@ def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, 
 
 
 @pytest.mark.slow
-def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(trained, tmp_path, translate_cli):
+def test_mlflow_models_serve_answers_over_http_as_platform_translate_does(trained, registered, tmp_path,
+                                                                          translate_cli):
+    """``mlflow models serve -m models:/NAME@champion``: the registered version the alias points at."""
     directory, sources = trained
-    answer = served_predictions(directory / "mlflow_model", tmp_path, sources, {"beam": 2})
+    answer = served_predictions("models:/nmt-transformer@champion", tmp_path, sources, {"beam": 2},
+                                tracking_uri=registered)
     assert answer == translate_cli(directory / "best.pt", "".join(s + "\n" for s in sources), "--beam", "2")
