@@ -43,6 +43,10 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     # the tracking database: PostgreSQL on the head (or a managed one), backed up to the bucket
     assert '--backend-store-uri "${NMT_TRACKING_DB:-postgresql://mlflow@127.0.0.1:5432/mlflow}"' in commands
     assert "python -m platform.backup" in commands and "s3://$NMT_BUCKET/syntax-nmt/backups" in commands
+    # the sweeps' studies: a database of their own on the same server, backed up with MLflow's,
+    # their dashboard on loopback for the forwarded port
+    assert "for DB in mlflow optuna" in commands and "--database postgresql://mlflow@127.0.0.1:5432/optuna" in commands
+    assert 'optuna-dashboard "$NMT_STUDY_STORAGE" --host 127.0.0.1 --port 8080' in commands
     # artifacts straight to S3 from every node: the server hands out s3:// locations, proxies no bytes
     assert '--default-artifact-root "$MLFLOW_ARTIFACTS" --no-serve-artifacts' in commands
     assert config["file_mounts"] == {"~/syntax-nmt": "."}
@@ -56,7 +60,8 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     assert text.count("CHANGE-ME-bucket") == 1
     setup = " ".join(config["setup_commands"])
     for variable in ("RAY_STORAGE=s3://$NMT_BUCKET", "MLFLOW_ARTIFACTS=s3://$NMT_BUCKET",
-                     "NMT_STORAGE_PATH=$RAY_STORAGE", "MLFLOW_TRACKING_URI=http://127.0.0.1:5000"):
+                     "NMT_STORAGE_PATH=$RAY_STORAGE", "MLFLOW_TRACKING_URI=http://127.0.0.1:5000",
+                     "NMT_STUDY_STORAGE=postgresql://mlflow@127.0.0.1:5432/optuna"):
         assert variable in setup
 
 
@@ -72,10 +77,10 @@ def test_the_yamls_setup_sets_every_nodes_storage_and_follows_an_edited_bucket(t
     for bucket in ("first-bucket", "edited-bucket"):
         command = setup.replace("CHANGE-ME-bucket", bucket)
         subprocess.run(["bash", "-c", command], env=home, check=True, timeout=30)
-    echo = ". ~/.bashrc; echo $NMT_STORAGE_PATH $MLFLOW_ARTIFACTS $MLFLOW_TRACKING_URI"
+    echo = ". ~/.bashrc; echo $NMT_STORAGE_PATH $MLFLOW_ARTIFACTS $MLFLOW_TRACKING_URI $NMT_STUDY_STORAGE"
     shown = subprocess.run(["bash", "-c", echo], env=home, capture_output=True, text=True, timeout=30)
     assert shown.stdout.split() == ["s3://edited-bucket/syntax-nmt/ray", "s3://edited-bucket/syntax-nmt/mlflow",
-                                    "http://127.0.0.1:5000"]
+                                    "http://127.0.0.1:5000", "postgresql://mlflow@127.0.0.1:5432/optuna"]
     assert (tmp_path / ".bashrc").read_text().count("syntax-nmt.env") == 1
 
 

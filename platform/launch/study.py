@@ -1,6 +1,8 @@
 """The sweep's Optuna study, live: an RDB storage from the first trial (``optuna.db``, SQLite,
-beside the sweep by default; any SQLAlchemy URL with ``--study-storage``), Optuna's plots drawn
-from it at the end, and a copy on the sweep's MLflow parent run.
+beside the sweep by default; any SQLAlchemy URL with ``--study-storage`` or
+``$NMT_STUDY_STORAGE``, which ``ray_cluster.yaml`` points at the head's PostgreSQL), Optuna's
+plots drawn from it at the end, and a copy on the sweep's MLflow parent run.  One storage holds
+many sweeps' studies, each under its sweep's name.
 
 The searcher (``searcher.make_searcher``) samples and tells through that storage, so
 ``optuna-dashboard sqlite:///runs/SWEEP/optuna.db`` (the ``dashboard`` extra) shows the trials
@@ -15,12 +17,14 @@ says which.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import warnings
 from collections import Counter
 from pathlib import Path
 
 STUDY_FILE = "optuna.db"
+STORAGE_ENV = "NMT_STUDY_STORAGE"  # the default --study-storage (the cluster file sets it)
 MIN_COMPLETE = 4  # trials an importance plot is fitted on, at least
 ONE_OBJECTIVE = ("intermediate_values", "optimization_history", "slice", "contour")  # not drawn for several
 
@@ -36,8 +40,11 @@ PLOTS = {
 
 
 def default_storage_url(sweep_path: str, name: str) -> str:
-    """The study's SQLite file: in the sweep's directory, or (for URI storage such as s3://)
-    ``runs/NAME/optuna.db`` under the current directory, on the driver's disk."""
+    """``$NMT_STUDY_STORAGE`` where set; else the study's SQLite file: in the sweep's directory,
+    or (for URI storage such as s3://) ``runs/NAME/optuna.db`` under the current directory, on
+    the driver's disk."""
+    if os.environ.get(STORAGE_ENV):
+        return os.environ[STORAGE_ENV]
     directory = Path("runs") / name if "://" in sweep_path else Path(sweep_path)
     return f"sqlite:///{directory.resolve() / STUDY_FILE}"
 

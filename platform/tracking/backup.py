@@ -1,8 +1,9 @@
-"""Backups of the tracking database: ``pg_dump`` of MLflow's PostgreSQL database (custom
-format, what ``pg_restore`` reads), written to a local directory or an object store (``s3://``)
-as ``mlflow-<UTC time>.dump``, the newest ``keep`` kept.  ``ray_cluster.yaml``'s head runs
-``python -m platform.backup`` every hour into the bucket, so a terminated head loses at most an
-hour of run metadata (its artifacts are on S3 already).
+"""Backups of the tracking databases: ``pg_dump`` of a PostgreSQL database (custom format, what
+``pg_restore`` reads), written to a local directory or an object store (``s3://``) as
+``<database>-<UTC time>.dump`` (``mlflow-...``, ``optuna-...``), the newest ``keep`` of each
+database kept.  ``ray_cluster.yaml``'s head runs ``python -m platform.backup`` every hour into
+the bucket for MLflow's database and the sweeps' Optuna studies, so a terminated head loses at
+most an hour of run metadata (its artifacts are on S3 already).
 
 Restore into an empty database::
 
@@ -19,7 +20,7 @@ from platform import atomic
 from platform.data import storage
 from platform.errors import UserError
 
-PREFIX, SUFFIX = "mlflow-", ".dump"
+SUFFIX = ".dump"
 
 
 def libpq_url(database_url: str) -> str:
@@ -43,15 +44,24 @@ def dump(database_url: str, pg_dump: str = "pg_dump") -> bytes:
     return result.stdout
 
 
-def backups(destination: str) -> list[storage.Location]:
-    """The backups under ``destination``, oldest first (their names sort by time)."""
+def prefix_of(database_url: str) -> str:
+    """A backup's name starts with its database's name: ``mlflow-``, ``optuna-``."""
+    from sqlalchemy.engine import make_url
+
+    return f"{make_url(libpq_url(database_url)).database}-"
+
+
+def backups(destination: str, prefix: str) -> list[storage.Location]:
+    """The backups of one database (``prefix``) under ``destination``, oldest first (their
+    names sort by time)."""
     from pyarrow.fs import FileSelector, FileType
 
     where = storage.locate(destination)
     if not where.exists():
         return []
     found = [info for info in where.fs.get_file_info(FileSelector(where.path))
-             if info.type == FileType.File and info.base_name.startswith(PREFIX) and info.base_name.endswith(SUFFIX)]
+             if info.type == FileType.File and info.base_name.startswith(prefix) and info.base_name.endswith(SUFFIX)
+             and info.base_name[len(prefix):len(prefix) + 1].isdigit()]
     return [where.child(info.base_name) for info in sorted(found, key=lambda info: info.base_name)]
 
 
@@ -62,12 +72,13 @@ def backup(database_url: str, destination: str, keep: int = 24, pg_dump: str = "
         raise UserError("--keep must be at least 1")
     data = dump(database_url, pg_dump)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time_ns() % 1_000_000_000 // 1000:06d}Z"
-    target = storage.locate(destination).child(f"{PREFIX}{stamp}{SUFFIX}")
+    prefix = prefix_of(database_url)
+    target = storage.locate(destination).child(f"{prefix}{stamp}{SUFFIX}")
     if target.local:
         Path(target.path).parent.mkdir(parents=True, exist_ok=True)
         atomic.write_file(target.path, lambda handle: handle.write(data))
     else:
         target.write_bytes(data)  # one PUT: an object store never shows half of it
-    for old in backups(destination)[:-keep]:
+    for old in backups(destination, prefix)[:-keep]:
         old.delete()
     return target

@@ -151,16 +151,21 @@ KILLED_DRIVERS = [
                          ids=[f"{s}-{t}-{b}" for s, t, *_, b in KILLED_DRIVERS])
 def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path, scheduler,
                                                                         searcher, space, extra, configs, seeds, backend,
-                                                                        request):
+                                                                        request, monkeypatch):
     server = None
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    if backend == "postgresql":  # runs, the nested sweep and the resume in PostgreSQL
+    study_storage = f"sqlite:///{tmp_path}/runs/k1/optuna.db"
+    env = {**os.environ, "RAY_ADDRESS": ""}
+    if backend == "postgresql":  # runs, nested sweep, live study and resume in PostgreSQL, as on the cluster
         (tmp_path / "mlflow").mkdir()
         database = request.getfixturevalue("postgres").database("kill_driver")
         server = MlflowServer(tmp_path / "mlflow", backend=database)
         server.start()
         request.addfinalizer(server.stop)
         uri = server.uri
+        study_storage = request.getfixturevalue("postgres").database("kill_driver_optuna")
+        monkeypatch.setenv("NMT_STUDY_STORAGE", study_storage)  # the cluster file's default, for both sessions
+        env["NMT_STUDY_STORAGE"] = study_storage
     address = ray_cluster.get_runtime_context().gcs_address
     if space == "grid":
         space = str(tmp_path / "grid.yaml")
@@ -170,7 +175,6 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
                       "--set", "eval.max_sentences=8",
                       experiment="kill-driver", space=space)
     args[args.index("--tracking-uri") + 1] = uri
-    env = {**os.environ, "RAY_ADDRESS": ""}
     log = open(tmp_path / "driver.log", "w")
     driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address", address], cwd=ROOT,
                               stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -215,7 +219,8 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
     # the live study kept its history across the kill: every config once, each with its final state
     import optuna
 
-    saved = optuna.load_study(study_name="k1", storage=f"sqlite:///{tmp_path}/runs/k1/optuna.db")
+    saved = optuna.load_study(study_name="k1", storage=study_storage)
+    assert (backend == "postgresql") != (tmp_path / "runs" / "k1" / "optuna.db").exists()
     states = [t.state.name for t in saved.trials]
     assert len(states) == configs and set(states) <= {"COMPLETE", "PRUNED"}, states
     if scheduler == "none":
