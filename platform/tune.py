@@ -3,6 +3,8 @@
     python -m platform.tune --space dbsa                       # demo corpus, CPU-sized sweep
     python -m platform.tune --space deprel --data data/ja-en --num-trials 32 --workers-per-trial 2 --gpus-per-worker 1
     python -m platform.tune --space dbsa --name my-sweep --resume
+    python -m platform.tune --space dbsa --extend my-sweep --num-trials 16
+    python -m platform.tune --space dbsa --warm-start-from my-sweep --num-trials 32 --size paper
     python -m platform.tune --space hier --dry-run
     python -m platform.tune --space dbsa --search random --scheduler none --time-budget 2h --confirm 2
     python -m platform.tune --space papers --search grid --seeds-per-config 3
@@ -82,7 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "1/8 for the smaller sizes, eight trials sharing a GPU)")
     parser.add_argument("--max-concurrent", type=int, help="at most this many trials at once (default: what fits)")
     parser.add_argument("--name", help="sweep name; with --resume, the sweep to continue")
-    parser.add_argument("--resume", action="store_true", help="continue the interrupted sweep --name")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the interrupted sweep --name (its latest experiment, an extension included)")
+    parser.add_argument("--extend", metavar="SWEEP",
+                        help="add --num-trials trials to the finished (or interrupted) sweep SWEEP: the same "
+                             "study, parent run and searcher and scheduler as they ended; its summary covers all")
+    parser.add_argument("--warm-start-from", metavar="SWEEP",
+                        help="start this new sweep's searcher with the finished trials of sweep SWEEP (its "
+                             "study), where their parameters fit this space")
     parser.add_argument("--seed", type=int, default=1, help="the Optuna sampler's seed (default 1)")
     parser.add_argument("--smoke", action="store_true", help="3 tiny trials of 2 short epochs, for a quick check")
     parser.add_argument("--dry-run", action="store_true",

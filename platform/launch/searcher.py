@@ -105,13 +105,15 @@ def make_sampler(settings: SearchSettings, space, seed: int):
 
 
 def make_searcher(space, seed: int, max_iterations: int, scheduler=None, settings: SearchSettings | None = None,
-                  storage=None, study_name: str | None = None, seeds_per_config: int = 1):
+                  storage=None, study_name: str | None = None, seeds_per_config: int = 1, first_points: bool = True):
     """The sweep's searcher over ``space`` (a ``launch.spaces.Space``): its first points (the
     papers' settings) first (not for ``grid``, which is the whole sweep), then the sampler of
     ``settings`` seeded with ``seed``; its study in ``storage`` (an Optuna ``BaseStorage``;
     None: in memory) as ``study_name``.  With ``scheduler`` the scheduler's state is saved and
     restored along with the searcher's; with ``seeds_per_config`` > 1 every config is repeated
-    with that many seeds (the trial config's ``__trial_index__``)."""
+    with that many seeds (the trial config's ``__trial_index__``).  Without ``first_points`` (a
+    searcher whose saved state is restored next) the first points are not queued in the study
+    again (Ray's OptunaSearch enqueues them there when it is made)."""
     from platform.launch.optuna_search import PruneAwareOptunaSearch, SeedRepeater
 
     settings = settings or SearchSettings()
@@ -121,7 +123,7 @@ def make_searcher(space, seed: int, max_iterations: int, scheduler=None, setting
         space=space.define_by_run,
         metric=[name for name, _ in objectives] if several else objectives[0][0],
         mode=[mode for _, mode in objectives] if several else objectives[0][1],
-        points_to_evaluate=None if settings.searcher == "grid" else (space.first_points() or None),
+        points_to_evaluate=None if settings.searcher == "grid" or not first_points else (space.first_points() or None),
         sampler=make_sampler(settings, space, seed), storage=storage, study_name=study_name,
         max_iterations=max_iterations, scheduler=scheduler)
     if seeds_per_config > 1:

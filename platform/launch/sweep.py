@@ -20,6 +20,7 @@ from platform import compat
 from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
+from platform.launch.continuation import experiment_name, restore_searcher
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
@@ -44,6 +45,7 @@ class Sweep:
     time_budget_s: float | None = None  # the search ends cleanly after this much wall time
     study_storage: str = ""  # the live Optuna study's RDB URL
     searcher: Any = None  # this session's searcher, when it made it (not on --resume: Ray restores its own)
+    extension: int = 0  # --extend: this session's Tune experiment is the sweep's extension K (launch.continuation)
 
     @property
     def experiment(self) -> str:
@@ -55,7 +57,13 @@ class Sweep:
 
     @property
     def path(self) -> str:
+        """The sweep's directory: its first Tune experiment, console log, plots, best config."""
         return f"{self.job.storage_path.rstrip('/')}/{self.name}"
+
+    def experiment_path(self, extension: int | None = None) -> str:
+        """The Tune experiment of ``extension`` (default: this session's)."""
+        name = experiment_name(self.name, self.extension if extension is None else extension)
+        return f"{self.job.storage_path.rstrip('/')}/{name}"
 
 
 # ----------------------------------------------------------------------------- the trial
@@ -161,26 +169,31 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
 # ----------------------------------------------------------------------------- the sweep
 
 
-def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (), verbose: bool = True):
-    """Run (or resume) the sweep; returns Tune's ResultGrid.  ``callbacks`` are extra Tune
-    callbacks (the quiet console); ``verbose`` keeps Tune's own console tables."""
+def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (), verbose: bool = True) -> list:
+    """Run (or resume) this session's Tune experiment of the sweep; returns the results (Tune's
+    ``Result``s) of every trial of the sweep, earlier experiments' first (an extended sweep).
+    ``callbacks`` are extra Tune callbacks (the quiet console); ``verbose`` keeps Tune's own
+    console tables."""
     import ray.tune
 
     setup = {"space": sweep.space, "job": sweep.job, "sweep": sweep.name, "parent_run_id": sweep.parent_run_id}
     trainable = ray.tune.with_resources(ray.tune.with_parameters(run_trial, setup=setup), {"CPU": DRIVER_CPU})
-    if resume and not ray.tune.Tuner.can_restore(str(sweep.path)):
-        raise UserError(f"nothing to resume at {sweep.path}")
+    path = sweep.experiment_path()
+    if resume and not ray.tune.Tuner.can_restore(path):
+        raise UserError(f"nothing to resume at {path}")
     release_orphaned_groups()  # what an interrupted sweep's teardown left reserved (a trial slot each)
     # a trial resumed after its training had finished ends without a new report; Tune's strict
     # check would fail the whole sweep for it (its Optuna trial is closed by the searcher)
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     if resume:  # Tune restores the searcher (with ASHA's rungs) and the callbacks it saved
-        results = ray.tune.Tuner.restore(str(sweep.path), trainable=trainable, resume_errored=True).fit()
+        results = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True).fit()
     else:
         results = _new_tuner(sweep, trainable, callbacks, verbose).fit()
     end_stopped_trials(sweep, results)
     end_lost_trials(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id, compat.tune_trial_ids(results))
-    return results
+    earlier = [ray.tune.Tuner.restore(sweep.experiment_path(k), trainable=trainable).get_results()
+               for k in range(sweep.extension)]
+    return [result for grid in [*earlier, results] for result in grid]
 
 
 LOST = ("lost: the sweep's driver ended before Ray Tune had saved this trial, so the resumed "
@@ -238,19 +251,25 @@ def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool)
 
     objectives = sweep.space.objectives
     single = len(objectives) == 1  # several: Tune has no one metric; the scheduler takes the first
+    tell = single and not sweep.extension
     scheduler = make_scheduler(sweep.settings, sweep.max_epochs,
                                *((None, None) if single else objectives[0]))
     sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs, scheduler=scheduler,
                                    settings=sweep.settings, storage=open_storage(sweep.study_storage),
-                                   study_name=sweep.name, seeds_per_config=sweep.seeds_per_config)
+                                   study_name=sweep.name, seeds_per_config=sweep.seeds_per_config,
+                                   first_points=not sweep.extension)
+    if sweep.extension:  # the previous experiment's searcher (and with it the scheduler) as it ended
+        restore_searcher(sweep.searcher, sweep.experiment_path(sweep.extension - 1))
     return ray.tune.Tuner(
         trainable,
         tune_config=ray.tune.TuneConfig(
-            metric=objectives[0][0] if single else None, mode=objectives[0][1] if single else None,
+            # an extension's scheduler comes back with its metric and mode set (Tune refuses them twice)
+            metric=objectives[0][0] if tell else None, mode=objectives[0][1] if tell else None,
             num_samples=sweep.num_samples, search_alg=sweep.searcher, scheduler=scheduler,
             max_concurrent_trials=sweep.max_concurrent, time_budget_s=sweep.time_budget_s),
         run_config=ray.tune.RunConfig(
-            name=sweep.name, storage_path=str(sweep.job.storage_path), verbose=None if verbose else 0,
+            name=experiment_name(sweep.name, sweep.extension), storage_path=str(sweep.job.storage_path),
+            verbose=None if verbose else 0,
             callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id,
                                                   sweep.max_epochs),
                        *callbacks]),

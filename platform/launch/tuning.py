@@ -33,10 +33,11 @@ from platform.launch.cluster import (
 )
 from platform.launch.confirm import Confirmation, confirmation_lines, run_confirmation
 from platform.launch.console import console_log_path, make_console, quiet_logging
+from platform.launch.continuation import Carried, carry_trials, extensions
 from platform.launch.driver import Job
 from platform.launch.searcher import SearchSettings, check_settings, grid_size
 from platform.launch.spaces import Space, load_space
-from platform.launch.study import default_storage_url, shown_url
+from platform.launch.study import default_storage_url, load_study, open_storage, shown_url
 from platform.launch.summary import (
     best_row,
     closing_lines,
@@ -86,6 +87,8 @@ class SweepRequest:
     max_concurrent: int | None = None
     name: str | None = None
     resume: bool = False
+    extend: str | None = None  # the finished (or interrupted) sweep to add --num-trials trials to
+    warm_start_from: str | None = None  # a sweep whose finished trials this new sweep's searcher is told
     seed: int = 1
     smoke: bool = False
     dry_run: bool = False
@@ -185,11 +188,12 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
     """Everything the first trial needs: a free name (or the sweep to resume), the tracking
     store, Ray's console (a log file unless ``--verbose``), the dataset every node reaches, Ray,
     and the MLflow parent run; returns the sweep and Ray's console log (None: on the terminal)."""
-    if request.resume and not request.name:
-        raise UserError("--resume needs the --name of the sweep to continue")
-    name = request.name or f"{Path(request.space).stem}-{uuid.uuid4().hex[:8]}"
+    check_continuation(request)
+    name = request.extend or request.name or f"{Path(request.space).stem}-{uuid.uuid4().hex[:8]}"
     tracking_uri = resolve_tracking_uri(request.tracking_uri)  # before any work (no console.log, no demo corpus)
-    existing_sweep(tracking_uri, request.experiment, name, request.resume)  # a taken name: refused before Ray
+    earlier = existing_sweep(tracking_uri, request.experiment, name, request.resume or bool(request.extend))
+    if request.extend:  # a taken name is refused before Ray; one to extend must exist, of this space
+        check_extendable(tracking_uri, earlier, name, request, space)
     storage = storage_uri(request.storage_path)
     log_file = None if request.verbose else quiet_logging(console_log_path(storage, name))
     dataset_dir = resolve_dataset(request.data)
@@ -205,9 +209,64 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
                                                        joined=request.address is not None),
                   settings=settings, seeds_per_config=request.seeds_per_config, time_budget_s=request.time_budget,
                   study_storage=request.study_storage or default_storage_url(f"{storage.rstrip('/')}/{name}", name))
+    if request.resume or request.extend:  # --resume: the latest experiment; --extend: a new one after it
+        sweep.extension = extensions(storage, name) + (1 if request.extend else 0)
+    source = source_study(request, storage) if request.warm_start_from and not request.resume else None
     start_relay(tracking_uri)
-    sweep.parent_run_id = parent_run(sweep, request.resume)
+    sweep.parent_run_id = parent_run(sweep, request.resume or bool(request.extend))
+    if request.extend:
+        runs.tag_run(tracking_uri, sweep.parent_run_id, {"extensions": str(sweep.extension)})
+    if source is not None:
+        carried = warm_start(sweep, source)
+        print(carried.line(), flush=True)
+        runs.tag_run(tracking_uri, sweep.parent_run_id, {"warm_start_from": request.warm_start_from,
+                                                         "warm_start_trials": str(carried.carried)})
     return sweep, log_file
+
+
+def check_continuation(request: SweepRequest) -> None:
+    """``--resume``, ``--extend`` and ``--warm-start-from`` as they can go together."""
+    if request.resume and not request.name:
+        raise UserError("--resume needs the --name of the sweep to continue")
+    if request.extend:
+        if request.resume or request.warm_start_from or (request.name and request.name != request.extend):
+            raise UserError("--extend SWEEP adds trials to SWEEP itself: without --resume, --name or --warm-start-from")
+        if not request.num_trials:
+            raise UserError("--extend needs --num-trials: how many trials to add")
+    if request.warm_start_from and request.warm_start_from == request.name:
+        raise UserError("--warm-start-from names an earlier sweep; to add trials to a sweep, --extend it")
+
+
+def check_extendable(tracking_uri: str, parent_run_id: str | None, name: str, request: SweepRequest,
+                     space: Space) -> None:
+    """The sweep to extend exists in the experiment and searched this space."""
+    if parent_run_id is None:
+        raise UserError(f"--extend {name}: no sweep of that name in experiment {request.experiment!r}")
+    searched = runs.run_param(tracking_uri, parent_run_id, "space")
+    if searched != space.name:
+        raise UserError(f"--extend {name}: that sweep searched the space {searched!r}, not {space.name!r}")
+
+
+def source_study(request: SweepRequest, storage: str):
+    """The study of the sweep ``--warm-start-from`` names: in ``--study-storage`` (or
+    ``$NMT_STUDY_STORAGE``) where given, else beside that sweep."""
+    source = request.warm_start_from
+    url = request.study_storage or default_storage_url(f"{storage.rstrip('/')}/{source}", source)
+    study = load_study(url, source)
+    if study is None:
+        raise UserError(f"--warm-start-from {source}: no Optuna study of that sweep in {shown_url(url)}")
+    return study
+
+
+def warm_start(sweep: Sweep, source) -> Carried:
+    """The new sweep's study, made now with its objectives' directions, holding the source's
+    trials that fit its space (``launch.continuation.carry_trials``)."""
+    import optuna
+
+    directions = ["maximize" if mode == "max" else "minimize" for _, mode in sweep.space.objectives]
+    target = optuna.create_study(study_name=sweep.name, storage=open_storage(sweep.study_storage),
+                                 directions=directions, load_if_exists=True)
+    return carry_trials(source, target, sweep.space)
 
 
 def trial_job(request: SweepRequest, dataset_dir: Path, storage: str, tracking_uri: str) -> Job:

@@ -234,8 +234,7 @@ def reopen(tracking_uri: str, run_id: str, tags: dict[str, str]) -> None:
 
 
 def _reopen(mlflow_client, run_id: str, tags: dict[str, str]) -> None:
-    for key, value in tags.items():
-        mlflow_client.set_tag(run_id, key, value)
+    _tag_run(mlflow_client, run_id, tags)
     mlflow_client.update_run(run_id, status="RUNNING")
 
 
@@ -274,3 +273,21 @@ def _end_run(mlflow_client, run_id: str, message: str | None, only_if_running: b
         mlflow_client.set_terminated(run_id, status="FAILED")
     else:
         mlflow_client.set_terminated(run_id, status="FINISHED")
+
+
+def tag_run(tracking_uri: str, run_id: str, tags: dict[str, str]) -> None:
+    on_client(client(tracking_uri), _tag_run, run_id, tags)
+
+
+def _tag_run(mlflow_client, run_id: str, tags: dict[str, str]) -> None:
+    for key, value in tags.items():
+        mlflow_client.set_tag(run_id, key, value)
+
+
+def run_param(tracking_uri: str, run_id: str, key: str) -> str | None:
+    """One param of a run (None where it has none)."""
+    return on_client(client(tracking_uri), _run_param, run_id, key)
+
+
+def _run_param(mlflow_client, run_id: str, key: str) -> str | None:
+    return mlflow_client.get_run(run_id).data.params.get(key)
