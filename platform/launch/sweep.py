@@ -250,10 +250,10 @@ def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool)
     import ray.tune
 
     objectives = sweep.space.objectives
-    single = len(objectives) == 1  # several: Tune has no one metric; the scheduler takes the first
-    tell = single and not sweep.extension
-    scheduler = make_scheduler(sweep.settings, sweep.max_epochs,
-                               *((None, None) if single else objectives[0]))
+    # several objectives: Tune has no one metric, the scheduler takes the first; an extension's
+    # scheduler gets its state back with its metric and mode set, which Tune refuses to set twice
+    tell = len(objectives) == 1 and not sweep.extension
+    scheduler = make_scheduler(sweep.settings, sweep.max_epochs, *((None, None) if tell else objectives[0]))
     sweep.searcher = make_searcher(sweep.space, sweep.seed, sweep.max_epochs, scheduler=scheduler,
                                    settings=sweep.settings, storage=open_storage(sweep.study_storage),
                                    study_name=sweep.name, seeds_per_config=sweep.seeds_per_config,
@@ -263,7 +263,6 @@ def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool)
     return ray.tune.Tuner(
         trainable,
         tune_config=ray.tune.TuneConfig(
-            # an extension's scheduler comes back with its metric and mode set (Tune refuses them twice)
             metric=objectives[0][0] if tell else None, mode=objectives[0][1] if tell else None,
             num_samples=sweep.num_samples, search_alg=sweep.searcher, scheduler=scheduler,
             max_concurrent_trials=sweep.max_concurrent, time_budget_s=sweep.time_budget_s),

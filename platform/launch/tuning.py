@@ -284,7 +284,9 @@ def trial_job(request: SweepRequest, dataset_dir: Path, storage: str, tracking_u
 def announce(sweep: Sweep, log_file: Path | None) -> None:
     """The sweep's first lines: what it runs, where its parent run and its live study are."""
     gpus = sweep.job.gpus_per_worker
-    print(f"sweep {sweep.name}: {sweep.num_samples} trials of {sweep.space.model} ({sweep.settings.searcher}, "
+    extended = f", extension {sweep.extension}" if sweep.extension else ""
+    print(f"sweep {sweep.name}{extended}: {sweep.num_samples} trials of {sweep.space.model} "
+          f"({sweep.settings.searcher}, "
           f"{sweep.settings.scheduler}), up to {sweep.max_concurrent} at once, MLflow parent run "
           f"{sweep.parent_run_id}" + (f", {gpus:g} GPU per worker" if gpus else "")
           + (f"; Ray's own output: {log_file}" if log_file else ""), flush=True)
