@@ -23,4 +23,6 @@ A sweep (``python -m platform.tune``):
 - ``console``: what a sweep prints, and where Ray's own console goes.
 - ``summary``: the end of a sweep (summary table, time shares, the parent run's artifacts, closing lines).
 - ``confirm``: ``--confirm``, the best configs and the baseline retrained with seeds and tested on test.
+- ``continuation``: ``--extend`` (more trials in a finished sweep) and ``--warm-start-from`` (an
+  earlier sweep's trials told to a new sweep's study).
 """

@@ -59,14 +59,19 @@ def restore_searcher(searcher, experiment_path: str) -> None:
 
 @dataclass(frozen=True)
 class Carried:
-    carried: int
+    numbers: list[int]  # the source study's trial numbers carried
     finished: int  # the source study's COMPLETE and PRUNED trials
     source: str
 
+    @property
+    def carried(self) -> int:
+        return len(self.numbers)
+
     def line(self) -> str:
         left = self.finished - self.carried
+        which = f": its trials {', '.join(map(str, self.numbers))}" if self.numbers else ""
         return (f"warm start: carried {self.carried} of the {self.finished} finished trials of sweep {self.source} "
-                f"into this sweep's study" + (f" ({left} outside this space)" if left else ""))
+                f"into this sweep's study" + (f" ({left} outside this space)" if left else "") + which)
 
 
 def carry_trials(source, target, space) -> Carried:
@@ -95,4 +100,4 @@ def carry_trials(source, target, space) -> Carried:
             intermediate_values=trial.intermediate_values,
             user_attrs={"warm_start_from": source.study_name, "warm_start_trial": trial.number}))
     target.add_trials(carried)
-    return Carried(len(carried), len(finished), source.study_name)
+    return Carried([trial.user_attrs["warm_start_trial"] for trial in carried], len(finished), source.study_name)

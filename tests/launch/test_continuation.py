@@ -35,7 +35,8 @@ def test_only_the_finished_trials_that_fit_the_new_space_are_carried_with_their_
     target = optuna.create_study(study_name="new", direction="maximize")
     carried = carry_trials(source, target, space)
     assert (carried.carried, carried.finished) == (2, 4)
-    assert "carried 2 of the 4 finished trials of sweep old" in carried.line() and "(2 outside" in carried.line()
+    assert carried.line() == ("warm start: carried 2 of the 4 finished trials of sweep old into this sweep's study "
+                              "(2 outside this space): its trials 0, 3")
     assert [(t.state, t.values, t.intermediate_values) for t in target.trials] == [
         (TrialState.COMPLETE, [20.0], {1: 20.0}), (TrialState.PRUNED, [12.0], {1: 12.0})]
     assert [t.user_attrs for t in target.trials] == [{"warm_start_from": "old", "warm_start_trial": 0},
