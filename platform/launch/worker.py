@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from platform import compat
+from platform import atomic, compat
 from platform.data.dataset import PreparedDataset
 from platform.data.storage import locate
 from platform.tracking.logger import RunLogger
@@ -212,8 +212,12 @@ class RayHooks:
         if evaluation is not None:
             self.logger.text("\n".join(evaluation.hypotheses) + "\n", f"dev_hypotheses/{name}.txt")
             self.logger.tag("sacrebleu_signature", evaluation.signature)
+        if not is_best and self.kept is not None:  # the best's own checkpoint was reported before this one
+            self.kept.settle_best(int(state["progress"]["best_step"]))
         if is_best:
             save_checkpoint(state, self.workdir / "best" / CHECKPOINT_FILE)
+            if self.kept is not None:  # where a restarted worker group finds it
+                self.kept.keep_best_checkpoint(step, (self.workdir / "best" / CHECKPOINT_FILE).read_bytes())
             self.logger.artifact(self.workdir / "best" / CHECKPOINT_FILE, "best")
             self.logger.tag("best_epoch", str(epoch))
             self.logger.tag("best_step", str(step))
@@ -229,7 +233,7 @@ class RayHooks:
         if self.rank == 0 and self.logger is not None:
             from platform.tracking.diagnostics import log_parse_heat_map
 
-            best = self.workdir / "best" / CHECKPOINT_FILE
+            best = self.restored_best()
             log_parse_heat_map(self.logger, best, self.dataset_dir, self.workdir)
             if best.exists():  # the best checkpoint as an MLflow model (runs table's Models column, registry)
                 self._log_mlflow_model(best)
@@ -240,6 +244,20 @@ class RayHooks:
             # how long rank 0's calls into MLflow held training up (RunLogger.held_s): ~0 by design
             last = int(self.history[-1]["step"]) if self.history else 0
             self.logger.metrics({"tracking_wait_s": self.logger.held_s}, step=last)
+
+    def restored_best(self) -> Path:
+        """The run's best checkpoint in this worker's folder: a restarted worker group's comes
+        from the run's storage (the best may predate the restart), and goes to MLflow again
+        (the dead worker's upload may have been lost with its queue)."""
+        best = self.workdir / "best" / CHECKPOINT_FILE
+        stored = self.kept.best_checkpoint() if self.kept is not None and not best.exists() else None
+        if stored is not None:
+            atomic.write_file(best, lambda handle: handle.write(stored.read_bytes()))
+            self.logger.artifact(best, "best")
+            progress = load_checkpoint(best)["progress"]
+            self.logger.tag("best_epoch", str(progress["best_epoch"]))
+            self.logger.tag("best_step", str(progress["best_step"]))
+        return best
 
     def _log_mlflow_model(self, best: Path) -> None:
         """A training that finished stays finished if MLflow cannot save its model: the

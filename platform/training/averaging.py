@@ -13,7 +13,9 @@ averages its last update checkpoints, not its 2 or 3 epochs.
 
 The files live in a ``storage.Location`` (a local directory or ``s3://...``): a Ray Train run
 keeps them in its storage path beside Ray's own checkpoints, so a restarted worker group finds
-the window it left and drops only what lies after the checkpoint it resumes from.
+the window it left and drops only what lies after the checkpoint it resumes from.  The run's best
+checkpoint (a whole one) is kept there too (``best/``), the previous best until a later report,
+so a restarted run ends with the best of the whole run.
 ``platform.evaluate --average-last N`` averages the newest N of them.
 
 Imports torch and the storage layer (pyarrow.fs, for a remote window).
@@ -32,6 +34,7 @@ from platform.data.storage import Location
 
 LAST = "last_checkpoints"  # the directories (and MLflow artifact paths) of the kept weights
 BEST = "best_checkpoints"
+BEST_CHECKPOINT = "best"  # the best checkpoint itself (a whole one), by update, in the run's storage
 LEGACY_LAST = "last_epochs"  # where runs kept their last epochs' weights before update checkpoints
 _NAME = re.compile(r"(?:update|epoch)_(\d+)(?:_score_([-+0-9.e]+|nan|inf))?\.pt$")
 
@@ -74,10 +77,26 @@ class KeptWeights:
             for name in ranked[self.best:]:  # stable: of equal scores the earlier update stays
                 self.root.child(BEST).child(name).delete()
 
+    def keep_best_checkpoint(self, step: int, data: bytes) -> None:
+        """The new best checkpoint (``save_checkpoint``'s bytes) at update ``step``; the one
+        before stays until ``settle_best`` (this one's Ray checkpoint may never be registered)."""
+        self.root.child(BEST_CHECKPOINT).child(f"update_{step:08d}.pt").write_bytes_atomically(data)
+
+    def settle_best(self, best_step: int) -> None:
+        """At a report after the best one: the best checkpoints older than ``best_step`` go."""
+        for name in self.names(BEST_CHECKPOINT):
+            if update_of(name) < best_step:
+                self.root.child(BEST_CHECKPOINT).child(name).delete()
+
+    def best_checkpoint(self) -> Location | None:
+        """The newest best checkpoint kept (after ``forget_after``: the resumed run's best)."""
+        names = self.names(BEST_CHECKPOINT)
+        return self.root.child(BEST_CHECKPOINT).child(names[-1]) if names else None
+
     def forget_after(self, step: int) -> None:
         """Drop what was kept after update ``step`` (the checkpoint a restarted run resumes
         from): those updates are trained again, and kept again."""
-        for kind in (LAST, BEST):
+        for kind in (LAST, BEST, BEST_CHECKPOINT):
             for name in self.names(kind):
                 if update_of(name) > step:
                     self.root.child(kind).child(name).delete()

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import ROOT, rungs, runs_of, saved_state, sweep_args, validated_epochs, wait_for
 from ray_private import train_worker_pids
 from servers import MlflowServer
@@ -96,7 +97,8 @@ def test_a_killed_worker_resumes_mid_epoch_in_the_same_run_and_logs_what_an_outa
         assert train.main(["--model", "transformer", "--smoke", "--data", str(demo_dataset), "--workers", "2",
                            "--max-epochs", "3", "--set", "max_steps_per_epoch=30", "--save-every", str(save_every),
                            "--experiment", "relog", "--tracking-uri", server.uri, "--storage-path", str(storage),
-                           "--max-failures", "1", "--name", "victim", "--average-last", "8"]) == 0
+                           "--max-failures", "1", "--name", "victim", "--average-last", "8",
+                           "--set", "optim.lr=1e-9"]) == 0  # weights that stay put: epoch 1 stays the best
         thread.join(timeout=400)
         assert not failures, failures
         assert len(killed) == 1 and live == [sorted(killed[0].values())]
@@ -118,6 +120,13 @@ def test_a_killed_worker_resumes_mid_epoch_in_the_same_run_and_logs_what_an_outa
             f"last_checkpoints/update_{step:08d}.pt" for step in checkpoints]
         assert sorted(path.name for path in (storage / "victim" / "kept" / "last_checkpoints").iterdir()) == [
             f"update_{step:08d}.pt" for step in checkpoints]
+        # the best (epoch 1's, before the kill) came back from the run's storage: the restarted
+        # worker group logged it, its MLflow model and the tags of that update
+        assert run.data.tags["best_step"] == str(per_epoch) and run.data.tags["best_epoch"] == "1"
+        best = client.download_artifacts(run.info.run_id, "best/checkpoint.pt", str(tmp_path / "best"))
+        assert torch.load(best, weights_only=True)["progress"]["step"] == per_epoch
+        (logged,) = client.get_run(run.info.run_id).outputs.model_outputs
+        assert client.get_logged_model(logged.model_id).params["step"] == str(per_epoch)
     finally:
         if server.process.poll() is None:
             server.stop()

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from platform.data.storage import locate
-from platform.training.averaging import BEST, LAST, KeptWeights, average, kept_files, kept_weights
+from platform.training.averaging import BEST, BEST_CHECKPOINT, LAST, KeptWeights, average, kept_files, kept_weights
 
 
 def weights(value: float) -> dict:
@@ -35,6 +35,21 @@ def test_a_resumed_run_forgets_only_what_it_kept_after_its_checkpoint(tmp_path):
     kept.forget_after(20)
     assert kept.names(LAST) == ["update_00000010.pt", "update_00000020.pt"]
     assert kept.names(BEST) == ["update_00000010_score_10.pt", "update_00000020_score_20.pt"]
+
+
+def test_the_best_checkpoint_before_a_new_one_stays_until_a_later_report(tmp_path):
+    """A new best's Ray checkpoint may never be registered (the worker dies first): the previous
+    best stays until a report after it, and a resume before the new one finds the previous."""
+    kept = KeptWeights(locate(tmp_path), last=0)
+    kept.keep_best_checkpoint(10, b"best at 10")
+    kept.keep_best_checkpoint(30, b"best at 30")  # a new best at 30: 10's stays for now
+    assert kept.names(BEST_CHECKPOINT) == ["update_00000010.pt", "update_00000030.pt"]
+    kept.forget_after(20)  # the worker died before 30's checkpoint: the run resumes from 20
+    assert kept.best_checkpoint().read_bytes() == b"best at 10"
+    kept.keep_best_checkpoint(30, b"best at 30, again")
+    kept.settle_best(30)  # the report after 30's
+    assert kept.names(BEST_CHECKPOINT) == ["update_00000030.pt"]
+    assert kept.best_checkpoint().read_bytes() == b"best at 30, again"
 
 
 def test_average_is_the_element_wise_mean_and_keeps_integer_buffers_from_the_last():
