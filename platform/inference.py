@@ -49,8 +49,8 @@ def averaged_weights(count: int, *, run_id: str | None, checkpoint: Path, tracki
     if run_id is not None:
         with tempfile.TemporaryDirectory(prefix="nmt-avg-") as scratch:  # the run's copies go once averaged
             return _average_kept(fetch_kept(run_id, tracking_uri, scratch), count, f"MLflow run {run_id}")
-    beside = [d / kind for d in (checkpoint.parent, checkpoint.parent.parent) for kind in (LAST, LEGACY_LAST)
-              if kept_files(d / kind)]
+    folders = (checkpoint.parent, checkpoint.parent.parent, checkpoint.parent.parent / "kept")  # a Ray run's: kept/
+    beside = [d / kind for d in folders for kind in (LAST, LEGACY_LAST) if kept_files(d / kind)]
     directory = beside[0] if beside else checkpoint.parent / LAST
     return _average_kept(directory, count, str(directory))
 

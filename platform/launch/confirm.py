@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.launch.cluster import DRIVER_CPU
+from platform.launch.continuation import experiment_name, under
 from platform.launch.driver import run
 from platform.launch.spaces import RECIPE_KNOB
 from platform.tracking import runs, store
@@ -141,14 +142,15 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
     setup = {"candidates": chosen, "entries": entries, "job": sweep.job, "sweep": sweep.name,
              "parent_run_id": sweep.parent_run_id, "recipes": [_recipe(sweep, c) for c in chosen]}
     trainable = ray.tune.with_resources(ray.tune.with_parameters(confirm_trial, setup=setup), {"CPU": DRIVER_CPU})
-    path = f"{sweep.experiment_path()}-{STAGE}"
+    path = under(str(sweep.job.storage_path), f"{experiment_name(sweep.name, sweep.extension)}-{STAGE}")
     if resume and ray.tune.Tuner.can_restore(path):
         tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
     else:
         tuner = ray.tune.Tuner(
             trainable, param_space={"entry": ray.tune.grid_search(list(range(len(entries))))},
             tune_config=ray.tune.TuneConfig(num_samples=1, max_concurrent_trials=sweep.max_concurrent),
-            run_config=ray.tune.RunConfig(name=Path(path).name, storage_path=str(sweep.job.storage_path),
+            run_config=ray.tune.RunConfig(name=f"{experiment_name(sweep.name, sweep.extension)}-{STAGE}",
+                                          storage_path=str(sweep.job.storage_path),
                                           verbose=None if verbose else 0,
                                           callbacks=[_progress_callback(chosen, entries)]))
     results = tuner.fit()

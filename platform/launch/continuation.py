@@ -34,12 +34,18 @@ def experiment_name(name: str, extension: int) -> str:
     return name if extension == 0 else f"{name}{EXTENSION}{extension}"
 
 
+def under(storage_path: str, name: str) -> str:
+    """``name`` inside the storage path, a URI's ``?options`` kept at its end."""
+    base, mark, options = storage_path.partition("?")
+    return f"{base.rstrip('/')}/{name}{mark}{options}"
+
+
 def extensions(storage_path: str, name: str) -> int:
     """How many extensions the sweep ``name`` has had (the experiments Ray can restore)."""
     import ray.tune
 
     count = 0
-    while ray.tune.Tuner.can_restore(f"{storage_path.rstrip('/')}/{experiment_name(name, count + 1)}"):
+    while ray.tune.Tuner.can_restore(under(storage_path, experiment_name(name, count + 1))):
         count += 1
     return count
 
@@ -72,6 +78,14 @@ class Carried:
         which = f": its trials {', '.join(map(str, self.numbers))}" if self.numbers else ""
         return (f"warm start: carried {self.carried} of the {self.finished} finished trials of sweep {self.source} "
                 f"into this sweep's study" + (f" ({left} outside this space)" if left else "") + which)
+
+
+def same_objectives(source_objectives: str | None, space) -> None:
+    """Refuse to carry the trials of a sweep that optimised other metrics (its parent run's
+    ``objectives`` param, where it is known): a value carried must mean the same thing."""
+    ours = ",".join(f"{metric}:{mode}" for metric, mode in space.objectives)
+    if source_objectives is not None and source_objectives != ours:
+        raise UserError(f"--warm-start-from: that sweep optimised {source_objectives}, this one {ours}")
 
 
 def carry_trials(source, target, space) -> Carried:

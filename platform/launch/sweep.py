@@ -20,7 +20,7 @@ from platform import compat
 from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
-from platform.launch.continuation import experiment_name, restore_searcher
+from platform.launch.continuation import experiment_name, restore_searcher, under
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
@@ -46,6 +46,7 @@ class Sweep:
     study_storage: str = ""  # the live Optuna study's RDB URL
     searcher: Any = None  # this session's searcher, when it made it (not on --resume: Ray restores its own)
     extension: int = 0  # --extend: this session's Tune experiment is the sweep's extension K (launch.continuation)
+    session_trials: int = 0  # of run_sweep's results, the last this many are this session's experiment's
 
     @property
     def experiment(self) -> str:
@@ -63,7 +64,7 @@ class Sweep:
     def experiment_path(self, extension: int | None = None) -> str:
         """The Tune experiment of ``extension`` (default: this session's)."""
         name = experiment_name(self.name, self.extension if extension is None else extension)
-        return f"{self.job.storage_path.rstrip('/')}/{name}"
+        return under(str(self.job.storage_path), name)
 
 
 # ----------------------------------------------------------------------------- the trial
@@ -193,6 +194,7 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     end_lost_trials(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id, compat.tune_trial_ids(results))
     earlier = [ray.tune.Tuner.restore(sweep.experiment_path(k), trainable=trainable).get_results()
                for k in range(sweep.extension)]
+    sweep.session_trials = len(results)
     return [result for grid in [*earlier, results] for result in grid]
 
 

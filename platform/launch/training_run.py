@@ -68,6 +68,9 @@ def train(request: TrainRequest) -> int:
     tracking_uri = resolve_tracking_uri(request.tracking_uri)  # before any work: preparing the demo takes a minute
     named = {"train_name": request.name} if request.name else None  # a rerun with this --name continues its run
     if finished_already(request, tracking_uri, config):
+        if request.register_model:
+            done = runs.find_run(tracking_uri, request.experiment, named)
+            print(register(tracking_uri, done, request.register_model, "platform.train").line())
         return 0
     start_ray(request.address)
     cpus = request.cpus_per_worker or default_cpus_per_worker(request.workers)

@@ -33,7 +33,7 @@ from platform.launch.cluster import (
 )
 from platform.launch.confirm import Confirmation, confirmation_lines, run_confirmation
 from platform.launch.console import console_log_path, make_console, quiet_logging
-from platform.launch.continuation import Carried, carry_trials, extensions
+from platform.launch.continuation import Carried, carry_trials, extensions, same_objectives
 from platform.launch.driver import Job
 from platform.launch.searcher import SearchSettings, check_settings, grid_size
 from platform.launch.spaces import Space, load_space
@@ -192,9 +192,10 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
     name = request.extend or request.name or f"{Path(request.space).stem}-{uuid.uuid4().hex[:8]}"
     tracking_uri = resolve_tracking_uri(request.tracking_uri)  # before any work (no console.log, no demo corpus)
     earlier = existing_sweep(tracking_uri, request.experiment, name, request.resume or bool(request.extend))
-    if request.extend:  # a taken name is refused before Ray; one to extend must exist, of this space
-        check_extendable(tracking_uri, earlier, name, request, space)
     storage = storage_uri(request.storage_path)
+    study_storage = request.study_storage or default_storage_url(f"{storage.rstrip('/')}/{name}", name)
+    if request.extend:  # a taken name is refused before Ray; one to extend must exist, searched the same way
+        check_extendable(tracking_uri, earlier, name, request, space, settings, study_storage)
     log_file = None if request.verbose else quiet_logging(console_log_path(storage, name))
     dataset_dir = resolve_dataset(request.data)
     start_ray(request.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves a CPU for trial drivers
@@ -208,10 +209,14 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
                                                        job.gpus_per_worker, requested=request.max_concurrent,
                                                        joined=request.address is not None),
                   settings=settings, seeds_per_config=request.seeds_per_config, time_budget_s=request.time_budget,
-                  study_storage=request.study_storage or default_storage_url(f"{storage.rstrip('/')}/{name}", name))
+                  study_storage=study_storage)
     if request.resume or request.extend:  # --resume: the latest experiment; --extend: a new one after it
         sweep.extension = extensions(storage, name) + (1 if request.extend else 0)
     source = source_study(request, storage) if request.warm_start_from and not request.resume else None
+    if source is not None:
+        same_objectives(source_objectives(tracking_uri, request), space)
+    if not (request.resume or request.extend):
+        fresh_study(sweep)
     start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, request.resume or bool(request.extend))
     if request.extend:
@@ -222,6 +227,14 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
         runs.tag_run(tracking_uri, sweep.parent_run_id, {"warm_start_from": request.warm_start_from,
                                                          "warm_start_trials": str(carried.carried)})
     return sweep, log_file
+
+
+def fresh_study(sweep: Sweep) -> None:
+    """A new sweep's study name is free in its storage: a shared one (the cluster's PostgreSQL)
+    holds the studies of every experiment's sweeps, and a new sweep must not join another's."""
+    if load_study(sweep.study_storage, sweep.name) is not None:
+        raise UserError(f"an Optuna study named {sweep.name!r} exists in {shown_url(sweep.study_storage)} (a sweep "
+                        "of another experiment?); choose another --name, or --resume or --extend that sweep")
 
 
 def check_continuation(request: SweepRequest) -> None:
@@ -238,13 +251,21 @@ def check_continuation(request: SweepRequest) -> None:
 
 
 def check_extendable(tracking_uri: str, parent_run_id: str | None, name: str, request: SweepRequest,
-                     space: Space) -> None:
-    """The sweep to extend exists in the experiment and searched this space."""
+                     space: Space, settings: SearchSettings, study_storage: str) -> None:
+    """The sweep to extend exists in the experiment and was searched as this request would
+    search it: its space, objectives, searcher, scheduler (the restored state is theirs), seeds
+    per config, epochs and study storage, as its parent run's params recorded them."""
     if parent_run_id is None:
         raise UserError(f"--extend {name}: no sweep of that name in experiment {request.experiment!r}")
-    searched = runs.run_param(tracking_uri, parent_run_id, "space")
-    if searched != space.name:
-        raise UserError(f"--extend {name}: that sweep searched the space {searched!r}, not {space.name!r}")
+    ours = {"space": space.name, "seeds_per_config": request.seeds_per_config,
+            "objectives": ",".join(f"{metric}:{mode}" for metric, mode in space.objectives),
+            **settings.params(request.seed, space.base_config.max_epochs), "study_storage": shown_url(study_storage)}
+    ours.pop("seed")  # the restored sampler goes on with its own state
+    recorded = runs.run_params_of(tracking_uri, parent_run_id)
+    differ = [f"{key} {recorded[key]} (not {value})" for key, value in ours.items()
+              if key in recorded and recorded[key] != str(value)]
+    if differ:
+        raise UserError(f"--extend {name}: that sweep ran with {', '.join(differ)}; give the same flags")
 
 
 def source_study(request: SweepRequest, storage: str):
@@ -256,6 +277,13 @@ def source_study(request: SweepRequest, storage: str):
     if study is None:
         raise UserError(f"--warm-start-from {source}: no Optuna study of that sweep in {shown_url(url)}")
     return study
+
+
+def source_objectives(tracking_uri: str, request: SweepRequest) -> str | None:
+    """What the sweep ``--warm-start-from`` names optimised, where its parent run is in this
+    experiment (None: unknown)."""
+    parent = runs.find_run(tracking_uri, request.experiment, {"sweep_parent": request.warm_start_from})
+    return runs.run_param(tracking_uri, parent, "objectives") if parent else None
 
 
 def warm_start(sweep: Sweep, source) -> Carried:
@@ -306,7 +334,8 @@ def search_and_confirm(sweep: Sweep, request: SweepRequest) -> Outcome:
         rows = summarize(results, sweep)
         shares = time_shares(results, request.launched_at, time.time() - began, sweep.max_concurrent)
         plots = log_summary(sweep, rows, results, shares)
-        failure = no_trial_finished(rows, results)
+        session = results[len(results) - sweep.session_trials:]  # an extension: its own trials must finish
+        failure = no_trial_finished(summarize(session, sweep), session)
         confirmed = confirm(sweep, rows, request) if request.confirm and not failure else None
     except BaseException as error:
         runs.end_run(sweep.tracking_uri, sweep.parent_run_id, error=error)

@@ -141,6 +141,8 @@ class RayHooks:
 
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:
+            if self.kept is not None:  # what a worker killed before its first checkpoint kept
+                self.kept.forget_after(0)
             return None
         with checkpoint.as_directory() as directory:
             state = load_checkpoint(Path(directory) / CHECKPOINT_FILE)

@@ -286,8 +286,13 @@ def _tag_run(mlflow_client, run_id: str, tags: dict[str, str]) -> None:
 
 def run_param(tracking_uri: str, run_id: str, key: str) -> str | None:
     """One param of a run (None where it has none)."""
-    return on_client(client(tracking_uri), _run_param, run_id, key)
+    return run_params_of(tracking_uri, run_id).get(key)
 
 
-def _run_param(mlflow_client, run_id: str, key: str) -> str | None:
-    return mlflow_client.get_run(run_id).data.params.get(key)
+def run_params_of(tracking_uri: str, run_id: str) -> dict[str, str]:
+    """Every param of a run."""
+    return on_client(client(tracking_uri), _run_params_of, run_id)
+
+
+def _run_params_of(mlflow_client, run_id: str) -> dict[str, str]:
+    return dict(mlflow_client.get_run(run_id).data.params)

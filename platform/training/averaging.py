@@ -24,6 +24,7 @@ Imports torch and the storage layer (pyarrow.fs, for a remote window).
 from __future__ import annotations
 
 import io
+import math
 import re
 from pathlib import Path
 
@@ -71,7 +72,7 @@ class KeptWeights:
             _write(self.root.child(LAST).child(f"update_{step:08d}.pt"), step, weights)
             for name in self.names(LAST)[:-self.last]:
                 self.root.child(LAST).child(name).delete()
-        if self.best > 0 and score is not None:
+        if self.best > 0 and score is not None and math.isfinite(score):  # a NaN score ranks nothing
             _write(self.root.child(BEST).child(f"update_{step:08d}_score_{score:.6g}.pt"), step, weights)
             ranked = sorted(self.names(BEST), key=lambda name: (-1 if self.mode == "max" else 1) * score_of(name))
             for name in ranked[self.best:]:  # stable: of equal scores the earlier update stays
@@ -79,8 +80,11 @@ class KeptWeights:
 
     def keep_best_checkpoint(self, step: int, data: bytes) -> None:
         """The new best checkpoint (``save_checkpoint``'s bytes) at update ``step``; the one
-        before stays until ``settle_best`` (this one's Ray checkpoint may never be registered)."""
+        before stays until ``settle_best`` (this one's Ray checkpoint may never be registered),
+        older ones go: at most two whole checkpoints."""
         self.root.child(BEST_CHECKPOINT).child(f"update_{step:08d}.pt").write_bytes_atomically(data)
+        for name in self.names(BEST_CHECKPOINT)[:-2]:
+            self.root.child(BEST_CHECKPOINT).child(name).delete()
 
     def settle_best(self, best_step: int) -> None:
         """At a report after the best one: the best checkpoints older than ``best_step`` go."""

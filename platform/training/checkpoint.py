@@ -79,12 +79,7 @@ def check_format(state: dict, path: str | Path) -> None:
 
 
 def config_from_checkpoint(state: dict) -> TrainConfig:
-    """The run's config; one written before the averaging window counted checkpoints names it
-    ``keep_last_epochs`` (its only change of meaning: epochs are the checkpoints of such a run)."""
-    data = config_io.yaml_load(state["config"])
-    if "keep_last_epochs" in data:
-        data["average_last"] = data.pop("keep_last_epochs")
-    return load_train_config(data)
+    return load_train_config(config_io.yaml_load(state["config"]))
 
 
 def subword_models_from_checkpoint(state: dict) -> dict[str, SubwordModel]:

@@ -190,9 +190,13 @@ def recipe_training(size: str, recipe: recipes.Recipe) -> dict[str, Any]:
     return {**recipe.training, **(recipe.paper_training if size == "paper" else {})}
 
 
+RENAMED = {"keep_last_epochs": "average_last"}  # configs (a sweep's best_config.yaml, checkpoints) made before
+
+
 def load_train_config(data: dict[str, Any]) -> TrainConfig:
-    """Strictly build a TrainConfig; ``model.name`` chooses the model's config class."""
-    data = dict(data)
+    """Strictly build a TrainConfig; ``model.name`` chooses the model's config class.  A key
+    that was renamed (``RENAMED``) is read under its new name."""
+    data = {RENAMED.get(key, key): value for key, value in data.items()}
     model = data.pop("model", None)
     if not isinstance(model, dict) or "name" not in model:
         raise ConfigError("the config needs a model section with a name")

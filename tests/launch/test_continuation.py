@@ -57,3 +57,37 @@ def test_only_the_finished_trials_that_fit_the_new_space_are_carried_with_their_
 def test_continuing_flags_that_cannot_go_together_are_refused(flags, refusal):
     with pytest.raises(UserError, match=refusal):
         check_continuation(SweepRequest(space="dbsa", **flags))
+
+
+def test_extending_a_sweep_with_other_search_flags_is_refused_before_any_work(tmp_path):
+    """The restored searcher and scheduler are the sweep's own: flags that would build others
+    (another scheduler, objective, seeds, study storage) are refused, naming what differs."""
+    import dataclasses
+
+    from platform.launch.searcher import SearchSettings
+    from platform.launch.tuning import check_extendable
+    from platform.tracking import runs
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    space = load_space("dbsa", "sweep")
+    settings = SearchSettings()
+    request = SweepRequest(space="dbsa", extend="s1", num_trials=2)
+    recorded = {"space": "dbsa", "seeds_per_config": "1", "objectives": "dev_bleu:max", "study_storage": "sqlite:///x",
+                **{k: str(v) for k, v in settings.params(1, space.base_config.max_epochs).items()}}
+    parent = runs.start_run(uri, "sweep", "s1", recorded, {"sweep_parent": "s1"}, "")
+    check_extendable(uri, parent, "s1", request, space, settings, "sqlite:///x")  # the same: fine
+    other = dataclasses.replace(settings, scheduler="median")
+    with pytest.raises(UserError, match=r"that sweep ran with scheduler asha \(not median\)"):
+        check_extendable(uri, parent, "s1", request, space, other, "sqlite:///x")
+    with pytest.raises(UserError, match=r"study_storage sqlite:///x \(not sqlite:///y\)"):
+        check_extendable(uri, parent, "s1", request, space, settings, "sqlite:///y")
+    with pytest.raises(UserError, match="no sweep of that name"):
+        check_extendable(uri, None, "s2", request, space, settings, "sqlite:///x")
+
+
+def test_an_extensions_experiment_sits_beside_the_sweep_with_a_uris_options_kept():
+    from platform.launch.continuation import experiment_name, under
+
+    assert under("s3://bucket/ray?endpoint_override=h:9000", experiment_name("s1", 2)) == (
+        "s3://bucket/ray/s1-extend-2?endpoint_override=h:9000")
+    assert under("/data/runs/", experiment_name("s1", 0)) == "/data/runs/s1"

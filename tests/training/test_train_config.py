@@ -19,3 +19,12 @@ def test_resolved_train_config_is_strict(tmp_path):
     path.write_text("model:\n  d_model: 64\nmax_epochs: 3\n")
     config = resolve_config("transformer", "cpu", config_file=str(path))
     assert config.model.d_model == 64 and config.max_epochs == 3
+
+
+def test_a_config_written_before_a_key_was_renamed_still_loads(tmp_path):
+    """A sweep's best_config.yaml (or a checkpoint's config) from before ``keep_last_epochs``
+    became ``average_last`` loads under the new name, as a file and as ``--set``."""
+    old = tmp_path / "best_config.yaml"
+    old.write_text("keep_last_epochs: 3\n")
+    assert resolve_config("dbsa", "cpu", config_file=str(old)).average_last == 3
+    assert resolve_config("dbsa", "cpu", overrides=["keep_last_epochs=2"]).average_last == 2
