@@ -235,9 +235,11 @@ class RayHooks:
         if self.rank == 0 and self.logger is not None:
             from platform.tracking.diagnostics import log_parse_heat_map
 
-            best = self.restored_best()
+            best, restored_at = self.restored_best()
             log_parse_heat_map(self.logger, best, self.dataset_dir, self.workdir)
-            if best.exists():  # the best checkpoint as an MLflow model (runs table's Models column, registry)
+            # the best checkpoint as an MLflow model (runs table's Models column, registry), once:
+            # a best from before a restart (or a --continue) may have its model already
+            if best.exists() and restored_at not in (self.logger.model_steps() or set()):
                 self._log_mlflow_model(best)
             if self.kept is not None:  # for evaluate --average-last, and the best N
                 for kind, paths in self.kept.copy_to(self.workdir / "kept").items():
@@ -247,19 +249,21 @@ class RayHooks:
             last = int(self.history[-1]["step"]) if self.history else 0
             self.logger.metrics({"tracking_wait_s": self.logger.held_s}, step=last)
 
-    def restored_best(self) -> Path:
-        """The run's best checkpoint in this worker's folder: a restarted worker group's comes
-        from the run's storage (the best may predate the restart), and goes to MLflow again
-        (the dead worker's upload may have been lost with its queue)."""
+    def restored_best(self) -> tuple[Path, int | None]:
+        """The run's best checkpoint in this worker's folder, and its update where it came from
+        the run's storage (None where this worker group saved it): a restarted worker group's
+        best may predate the restart, and goes to MLflow again (the dead worker's upload may
+        have been lost with its queue)."""
         best = self.workdir / "best" / CHECKPOINT_FILE
         stored = self.kept.best_checkpoint() if self.kept is not None and not best.exists() else None
-        if stored is not None:
-            atomic.write_file(best, lambda handle: handle.write(stored.read_bytes()))
-            self.logger.artifact(best, "best")
-            progress = load_checkpoint(best)["progress"]
-            self.logger.tag("best_epoch", str(progress["best_epoch"]))
-            self.logger.tag("best_step", str(progress["best_step"]))
-        return best
+        if stored is None:
+            return best, None
+        atomic.write_file(best, lambda handle: handle.write(stored.read_bytes()))
+        self.logger.artifact(best, "best")
+        progress = load_checkpoint(best)["progress"]
+        self.logger.tag("best_epoch", str(progress["best_epoch"]))
+        self.logger.tag("best_step", str(progress["best_step"]))
+        return best, int(progress["best_step"])
 
     def _log_mlflow_model(self, best: Path) -> None:
         """A training that finished stays finished if MLflow cannot save its model: the

@@ -18,6 +18,7 @@ from platform.tracking.store import (
     log_metrics,
     log_missing_metrics,
     metric_steps,
+    model_steps,
     on_client,
     run_tags,
     server_down,
@@ -124,6 +125,12 @@ class RunLogger:
         """A tag of the run (None if unset, or if the store does not answer in ``READ_WAIT_S``)."""
         tags = self._read(f"tag {key}", lambda: on_client(self.client, run_tags, self.run_id))
         return None if tags is None else tags.get(key)
+
+    @_holds_caller
+    def model_steps(self) -> set[int] | None:
+        """The updates of the run's logged models (None if the store does not answer in time)."""
+        steps = self._read("models", lambda: on_client(self.client, model_steps, self.run_id))
+        return None if steps is None else set(steps)
 
     @_holds_caller
     def metric_steps(self, key: str) -> set[int] | None:

@@ -92,6 +92,12 @@ def metric_steps(mlflow_client, run_id: str, key: str) -> list[int]:
     return [int(metric.step) for metric in mlflow_client.get_metric_history(run_id, key)]
 
 
+def model_steps(mlflow_client, run_id: str) -> list[int]:
+    """The updates at which the run's logged models were linked to it."""
+    outputs = mlflow_client.get_run(run_id).outputs
+    return [int(output.step) for output in (outputs.model_outputs if outputs else [])]
+
+
 def log_missing_metrics(mlflow_client, run_id: str, key: str, history: list[dict[str, float]],
                         timestamp_ms: int) -> list[int]:
     """Log each entry of ``history`` (step = its ``key``) whose step the run's ``key`` lacks;
