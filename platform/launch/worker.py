@@ -239,7 +239,8 @@ class RayHooks:
             log_parse_heat_map(self.logger, best, self.dataset_dir, self.workdir)
             # the best checkpoint as an MLflow model (runs table's Models column, registry), once:
             # a best from before a restart (or a --continue) may have its model already
-            if best.exists() and restored_at not in (self.logger.model_steps() or set()):
+            logged = (self.logger.model_steps() or set()) if restored_at is not None else set()  # a read: only then
+            if best.exists() and restored_at not in logged:
                 self._log_mlflow_model(best)
             if self.kept is not None:  # for evaluate --average-last, and the best N
                 for kind, paths in self.kept.copy_to(self.workdir / "kept").items():
