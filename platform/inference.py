@@ -20,9 +20,9 @@ from models.inputs import Source
 from models.search import beam_search, best_hypotheses
 from platform import atomic
 from platform import config as config_io
-from platform.data.batching import ParquetExamples, pad, pad_tree_parents
 from platform.data.conllu import Sentence
-from platform.data.encode import PrepareConfig, encode_corpus, read_corpus, side_columns
+from platform.data.encode import PrepareConfig, encode_table, side_columns
+from platform.data.examples import ParquetExamples, pad, pad_tree_parents
 from platform.data.parsing import PRE_SEGMENTED
 from platform.data.sources import source_sentences
 from platform.data.subwords import SubwordModel
@@ -138,9 +138,7 @@ class Trained:
 
     def encode_pairs(self, prefix: str) -> ParquetExamples:
         """A CoNLL-U pair set encoded exactly like the training data (nothing filtered)."""
-        corpus = read_corpus(prefix, self.prepare)
-        table, _ = encode_corpus(corpus, (self.src_model, self.tgt_model), self.prepare, filter_long=False,
-                                 progress=False)
+        table = encode_table(prefix, (self.src_model, self.tgt_model), self.prepare)
         return ParquetExamples(table, name=str(prefix))
 
     def decoding(self, beam: int | None = None, alpha: float | None = None) -> DecodeConfig:

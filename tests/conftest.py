@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -32,6 +34,16 @@ def pytest_configure(config):
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ[SECRET_VARIABLE] = SECRET
+    if not os.environ.get("NMT_DATA_CACHE"):  # the workers' node-local train copies: this run's own
+        cache = tempfile.mkdtemp(prefix="nmt-data-cache-")
+        os.environ["NMT_DATA_CACHE"] = cache
+        config._nmt_data_cache = cache
+
+
+def pytest_unconfigure(config):
+    cache = getattr(config, "_nmt_data_cache", None)
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):

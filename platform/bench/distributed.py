@@ -32,7 +32,7 @@ def ddp_worker(loop: dict[str, Any]) -> None:
     vocab = ds.read_meta(dataset_dir)["vocab_size"]
     model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)
     model = ray.train.torch.prepare_model(model, move_to_device=False, parallel_strategy="ddp")
-    sampler = ShardedBatches(ds.read_examples(dataset_dir, "train"), config.batching, rank=ctx.rank,
+    sampler = ShardedBatches(ds.PreparedDataset.open(dataset_dir, with_dev=False).train, config.batching, rank=ctx.rank,
                              world_size=ctx.world_size)
     batches = _epoch_after_epoch(sampler)
     first_step = time.time()  # everything before this is start-up

@@ -70,7 +70,7 @@ def random_batch(num_sentences: int, length: int, vocab: int, device: str, seed:
     batch = Batch(indices=torch.arange(num_sentences), src_ids=src.ids, src_lengths=src.lengths, tgt_ids=words,
                   tgt_lengths=torch.full((num_sentences,), length - 1), src_heads=src_heads, tgt_heads=tgt_heads,
                   src_word=torch.full_like(src.ids, -1), tgt_word=unused, src_depth=src.depth,
-                  tgt_depth=torch.zeros_like(words), src_tree_parent=src.tree_parent, src_text=[], tgt_text=[])
+                  tgt_depth=torch.zeros_like(words), src_tree_parent=src.tree_parent)
     return batch.to(device)
 
 

@@ -7,6 +7,8 @@
 - ``encode``: preparing a dataset (``platform.prepare``);
 - ``demo``: the synthetic demo corpus; ``builtin``: the built-in demo corpora and what
   ``--data`` names;
-- ``batch``: a batch's tensors; ``batching``: the example store and the batch plan per rank;
-  ``packing``: several sentences per row; ``prefetch``: updates collated ahead on a thread.
+- ``examples``: the example stores a batch is gathered from; ``mapped``: the train split
+  memory-mapped from a node-local copy (what training workers read);
+- ``batch``: a batch's tensors; ``batching``: the batch plan per rank; ``packing``: several
+  sentences per row; ``prefetch``: updates collated ahead on a thread.
 """

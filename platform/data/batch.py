@@ -44,8 +44,6 @@ class Batch:
     src_depth: torch.Tensor  # [B, S]
     tgt_depth: torch.Tensor  # [B, T]
     src_tree_parent: torch.Tensor  # [B, 2S-1]
-    src_text: list[str]
-    tgt_text: list[str]
     rows: PackedRows | None = None  # packed batches: the list columns are rows of several sentences
 
     @property

@@ -1,7 +1,6 @@
-"""Token-budget batches for DDP training, read from a prepared Parquet split.
-
-``ParquetExamples`` loads a split into flat numpy arrays (one values array + offsets per list
-column), so a batch is gathered with a few slices.  ``ShardedBatches`` decides the batches:
+"""Token-budget batches for DDP training, gathered from an example store (``data.examples``:
+flat arrays, so a batch is a few slices).  ``ShardedBatches`` decides the batches from the
+lengths alone:
 
 1. per epoch, a generator seeded by ``(seed, epoch)`` shuffles the examples, and a stable sort
    by length groups similar lengths (ties stay shuffled; ``sort_by_length: false`` leaves the
@@ -26,85 +25,15 @@ iteration continues with exactly the batch that would have come next.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from platform.data.batch import LIST_COLUMNS, PAD_VALUES, TEXT_COLUMNS, Batch, round_up
+from platform.data.batch import Batch
+from platform.data.examples import Examples
 from platform.data.packing import collate_packed
-
-
-class ParquetExamples:
-    """A prepared split held as flat numpy arrays: ``values[offsets[i]:offsets[i+1]]`` is row i."""
-
-    def __init__(self, table, name: str = "examples"):
-        """``table``: a pyarrow Table with the dataset schema's columns (``data.dataset.read_examples``
-        reads one); ``name`` says where it came from, in errors."""
-        self.name = name
-        self.values: dict[str, np.ndarray] = {}
-        self.offsets: dict[str, np.ndarray] = {}
-        for name in LIST_COLUMNS:
-            column = table.column(name).combine_chunks()
-            self.offsets[name] = column.offsets.to_numpy()
-            self.values[name] = column.values.to_numpy()
-        self.texts = {name: table.column(name).to_pylist() for name in TEXT_COLUMNS}
-        self.src_lengths = np.diff(self.offsets["src_ids"]).astype(np.int64)
-        self.tgt_lengths = np.diff(self.offsets["tgt_ids"]).astype(np.int64)
-
-    def __len__(self) -> int:
-        return len(self.src_lengths)
-
-    def row(self, name: str, index: int) -> np.ndarray:
-        offsets = self.offsets[name]
-        return self.values[name][offsets[index]:offsets[index + 1]]
-
-    def collate(self, indices: Sequence[int], bucket: int = 1) -> Batch:
-        """The sentences ``indices``, one per row, padded to the longest of each side rounded
-        up to a multiple of ``bucket``."""
-        indices = np.asarray(indices, dtype=np.int64)
-        src_len, tgt_len = self.src_lengths[indices], self.tgt_lengths[indices]
-        longest_src, longest_tgt = round_up(int(src_len.max()), bucket), round_up(int(tgt_len.max()), bucket)
-        padded = {}
-        for name in LIST_COLUMNS:
-            width = {"src": longest_src, "tgt": longest_tgt}[name[:3]]
-            if name == "src_tree_parent":
-                padded[name] = self._tree_parents(indices, longest_src)
-                continue
-            out = np.full((len(indices), width), PAD_VALUES.get(name, -1), dtype=np.int64)
-            for b, index in enumerate(indices):
-                values = self.row(name, index)
-                out[b, : len(values)] = values
-            padded[name] = torch.from_numpy(out)
-        return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
-                     tgt_lengths=torch.from_numpy(tgt_len),
-                     src_text=[self.texts["src_text"][i] for i in indices],
-                     tgt_text=[self.texts["tgt_text"][i] for i in indices], **padded)
-
-    def _tree_parents(self, indices: np.ndarray, longest: int) -> torch.Tensor:
-        return pad_tree_parents([self.row("src_tree_parent", index) for index in indices], longest)
-
-
-def pad_tree_parents(parents: Sequence[np.ndarray], longest: int) -> torch.Tensor:
-    """Per-sentence parent arrays (phrase nodes from n) → [B, 2S-1] with phrase nodes from S."""
-    out = np.full((len(parents), max(2 * longest - 1, 1)), -1, dtype=np.int64)
-    for b, parent in enumerate(parents):
-        parent = np.asarray(parent, dtype=np.int64)
-        n = (len(parent) + 1) // 2
-        parent = np.where(parent >= n, parent + longest - n, parent)  # phrase node k → k + (S - n)
-        out[b, :n] = parent[:n]
-        out[b, longest : longest + n - 1] = parent[n:]
-    return torch.from_numpy(out)
-
-
-def pad(rows: Sequence[Sequence[int]], value: int) -> torch.Tensor:
-    """Lists of ints → a padded int64 matrix [B, longest]."""
-    out = np.full((len(rows), max(len(r) for r in rows)), value, dtype=np.int64)
-    for b, row in enumerate(rows):
-        out[b, : len(row)] = row
-    return torch.from_numpy(out)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,10 +102,10 @@ class BatchingConfig:
 class ShardedBatches:
     """This rank's token-budget batches of a split, epoch by epoch, with a restorable position."""
 
-    def __init__(self, examples: ParquetExamples, config: BatchingConfig, *, rank: int = 0, world_size: int = 1):
+    def __init__(self, examples: Examples, config: BatchingConfig, *, rank: int = 0, world_size: int = 1):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} outside world size {world_size}")
-        self.lengths = np.maximum(examples.src_lengths, examples.tgt_lengths)
+        self.lengths = np.maximum(examples.src_lengths, examples.tgt_lengths)  # [N], the store's compact type
         usable = len(examples) if config.max_length is None else int((self.lengths <= config.max_length).sum())
         if usable < world_size:
             within = "" if config.max_length is None else f" of at most {config.max_length} subwords"
@@ -185,12 +114,22 @@ class ShardedBatches:
         self.rank, self.world_size = rank, world_size
         self.max_tokens, self.update_freq = config.per_rank(world_size)
         self.epoch, self.next_batch = 0, 0
+        self._planned: tuple[int, list[np.ndarray]] | None = None  # the last epoch planned, and its plan
 
     # --- the plan, identical on every rank
     def plan(self, epoch: int) -> list[np.ndarray]:
-        """All ranks' batches of ``epoch`` (arrays of example indices), before sharding."""
+        """All ranks' batches of ``epoch`` (arrays of example indices), before sharding; the
+        latest epoch's is kept (a worker holds one index per example, in int32 where it fits)."""
+        if self._planned is None or self._planned[0] != epoch:
+            self._planned = None  # the old plan goes before the new one is made
+            self._planned = (epoch, self._make_plan(epoch))
+        return self._planned[1]
+
+    def _make_plan(self, epoch: int) -> list[np.ndarray]:
         rng = np.random.default_rng([self.config.seed, epoch])
+        index_type = np.int32 if len(self.lengths) < np.iinfo(np.int32).max else np.int64
         order = rng.permutation(len(self.lengths)) if self.config.shuffle else np.arange(len(self.lengths))
+        order = order.astype(index_type, copy=False)
         if self.config.sort_by_length and not self.config.pack:
             order = order[np.argsort(self.lengths[order], kind="stable")]
         if self.config.max_length is not None:

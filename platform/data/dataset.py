@@ -15,6 +15,7 @@ marker last).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import pyarrow.parquet as pq
 from platform import atomic
 from platform.data import storage
 from platform.data.batch import LIST_COLUMNS, TEXT_COLUMNS
-from platform.data.batching import ParquetExamples
+from platform.data.examples import Examples, ParquetExamples
 from platform.errors import UserError
 
 SPLITS = ("train", "dev", "test")
@@ -99,10 +100,12 @@ def read_examples(directory: str | Path, split: str) -> ParquetExamples:
     return ParquetExamples(table, name=location.uri)
 
 
-def write_split(directory: str | Path, split: str, table: pa.Table, row_group_size: int = 4096) -> Path:
+def write_split(directory: str | Path, split: str, batches: Iterable[pa.RecordBatch]) -> Path:
+    """A split's Parquet file from its record batches, one row group each, written as they come."""
     path = split_path(directory, split)
-    with atomic.naming(path):
-        pq.write_table(table, path, row_group_size=row_group_size, compression="zstd")
+    with atomic.naming(path), pq.ParquetWriter(path, SCHEMA, compression="zstd") as writer:
+        for batch in batches:
+            writer.write_batch(batch)
     return path
 
 
@@ -177,19 +180,22 @@ class DatasetRef:
 
 @dataclass
 class PreparedDataset:
-    """A prepared dataset as training needs it: metadata, the train (and dev) examples, and the
-    subword models' bytes (saved into every checkpoint)."""
+    """A prepared dataset as training needs it: metadata, the train examples (memory-mapped from
+    this node's copy: ``data.mapped``), the dev examples (in memory) and the subword models'
+    bytes (saved into every checkpoint)."""
 
     directory: str  # a local path or a URI
     meta: dict[str, Any]
-    train: ParquetExamples
+    train: Examples
     dev: ParquetExamples | None
     subword_bytes: dict[str, bytes]
 
     @classmethod
-    def open(cls, directory: str | Path, with_dev: bool = True) -> PreparedDataset:
+    def open(cls, directory: str | Path, with_dev: bool = True, log=lambda message: None) -> PreparedDataset:
+        from platform.data.mapped import node_local_train
+
         directory = storage.locate(directory).uri
         meta = read_meta(directory)
         dev = read_examples(directory, "dev") if with_dev else None
         blobs = {side: read_subword_model(directory, side) for side in ("src", "tgt")}
-        return cls(directory, meta, read_examples(directory, "train"), dev, blobs)
+        return cls(directory, meta, node_local_train(directory, meta, log), dev, blobs)

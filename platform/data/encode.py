@@ -2,8 +2,10 @@
 
 ``prepare`` reads CoNLL-U prefixes (``PREFIX.LANG.conllu[.gz]`` per side), learns or reuses
 the subword models, encodes every split with its trees and writes the dataset directory
-atomically.  ``python -m platform.prepare`` is the command over it; ``data.builtin`` prepares
-the generated demo corpus through it.
+atomically.  It streams: sentences are read one by one and encoded a row group at a time, so its
+memory does not grow with the corpus (SentencePiece holds its sample of the train split: at most
+``subwords.sample_size`` sentences per model).  ``python -m platform.prepare`` is the command
+over it; ``data.builtin`` prepares the generated demo corpus through it.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,7 +29,7 @@ from platform import atomic
 from platform import config as config_io
 from platform.data import dataset as ds
 from platform.data import storage
-from platform.data.conllu import Sentence, read_conllu
+from platform.data.conllu import Sentence, iter_conllu
 from platform.data.parsing import Segmenter, read_segmenter
 from platform.data.subwords import SubwordConfig, SubwordModel, train_subwords
 from platform.data.trees import binary_tree, project_heads, word_depths
@@ -51,72 +54,85 @@ class PrepareConfig:
             raise ValueError(f"source and target language are both {self.src_lang!r}")
 
 
-@dataclass(frozen=True)
-class Corpus:
-    """One split read from disk: validated sentence pairs and where they came from."""
-
-    src: list[Sentence]
-    tgt: list[Sentence]
-    files: tuple[str, str]  # local paths or URIs
-
-
 Log = Callable[[str], None]
+Pair = tuple[Sentence, Sentence]
 
 
 # --------------------------------------------------------------------------- reading
 
 
-def read_corpus(prefix: str | Path, config: PrepareConfig, progress: bool = False) -> Corpus:
-    src_path = storage.conllu_path(prefix, config.src_lang)
-    tgt_path = storage.conllu_path(prefix, config.tgt_lang)
-    src = read_conllu(src_path, fix_roots=config.fix_roots, progress=progress)
-    tgt = read_conllu(tgt_path, fix_roots=config.fix_roots, progress=progress)
-    if len(src) != len(tgt):
-        longer, shorter = (src_path, tgt) if len(src) > len(tgt) else (tgt_path, src)
-        extra = (src if len(src) > len(tgt) else tgt)[len(shorter)]
-        raise InputError(
-            longer, extra.line, f"sentence counts differ: {src_path} has {len(src)}, {tgt_path} has {len(tgt)}"
-        )
-    return Corpus(src=src, tgt=tgt, files=(src_path, tgt_path))
+def pair_files(prefix: str | Path, config: PrepareConfig) -> tuple[str, str]:
+    """A split's two CoNLL-U files (local paths or URIs)."""
+    return storage.conllu_path(prefix, config.src_lang), storage.conllu_path(prefix, config.tgt_lang)
 
 
-def segmentation(corpus: Corpus) -> dict[str, Segmenter | str]:
-    """How each side's words were segmented (``data.parsing.read_segmenter`` of the corpus's files,
+def read_pairs(files: tuple[str, str], config: PrepareConfig) -> Iterator[Pair]:
+    """The split's validated sentence pairs, read sentence by sentence from both files; a file
+    with fewer or no sentences is an error at the first sentence that has no partner."""
+    sides = [iter_conllu(path, fix_roots=config.fix_roots) for path in files]
+    count = 0
+    for src, tgt in zip_longest(*sides):
+        if src is None or tgt is None:
+            longer, shorter = (0, 1) if tgt is None else (1, 0)
+            extra = src if tgt is None else tgt
+            if count == 0:
+                raise InputError(files[shorter], None, "no sentences (empty input)")
+            total = count + 1 + sum(1 for _ in sides[longer])
+            raise InputError(files[longer], extra.line, f"sentence counts differ: {files[longer]} has {total}, "
+                                                        f"{files[shorter]} has {count}")
+        count += 1
+        yield src, tgt
+    if count == 0:
+        raise InputError(files[0], None, "no sentences (empty input)")
+
+
+def segmentation(files: tuple[str, str]) -> dict[str, Segmenter | str]:
+    """How each side's words were segmented (``data.parsing.read_segmenter`` of the split's files,
     the train split's where there is one): what ``platform.translate`` applies to raw input."""
-    return {"src": read_segmenter(corpus.files[0]), "tgt": read_segmenter(corpus.files[1])}
+    return {"src": read_segmenter(files[0]), "tgt": read_segmenter(files[1])}
 
 
 # --------------------------------------------------------------------------- encoding
 
 
-def encode_corpus(
-    corpus: Corpus, models: tuple[SubwordModel, SubwordModel], config: PrepareConfig, *, filter_long: bool,
-    progress: bool
-) -> tuple[pa.Table, dict[str, int]]:
-    """Encode a split into a Parquet table; long pairs are dropped only when ``filter_long``."""
-    src_encoded = models[0].encode_sentences([s.words for s in corpus.src])
-    tgt_encoded = models[1].encode_sentences([s.words for s in corpus.tgt])
+def encode_batches(pairs: Iterator[Pair], models: tuple[SubwordModel, SubwordModel], config: PrepareConfig,
+                   *, filter_long: bool, stats: dict[str, int]) -> Iterator[pa.RecordBatch]:
+    """The pairs encoded, ``config.row_group_size`` at a time (one Parquet row group each); long
+    pairs are dropped only when ``filter_long``.  ``stats`` counts as it goes."""
+    too_long = "dropped_too_long" if filter_long else "over_max_len_kept"
+    for key in ("pairs_read", "pairs_written", too_long, "roots_fixed"):
+        stats.setdefault(key, 0)
+    for chunk in batched(pairs, config.row_group_size):
+        columns = _encode_chunk(chunk, models, config, filter_long, stats)
+        if columns["src_ids"]:
+            yield pa.RecordBatch.from_pydict(columns, schema=ds.SCHEMA)
+
+
+def _encode_chunk(chunk: Sequence[Pair], models: tuple[SubwordModel, SubwordModel], config: PrepareConfig,
+                  filter_long: bool, stats: dict[str, int]) -> dict[str, list[Any]]:
+    src_encoded = models[0].encode_sentences([src.words for src, _ in chunk])
+    tgt_encoded = models[1].encode_sentences([tgt.words for _, tgt in chunk])
     columns: dict[str, list[Any]] = {name: [] for name in ds.SCHEMA.names}
-    too_long = 0
-    pairs = zip(corpus.src, corpus.tgt, src_encoded, tgt_encoded)
-    for src, tgt, (src_ids, src_word), (tgt_ids, tgt_word) in tqdm(
-        pairs, total=len(corpus.src), desc="encode", unit="pair", disable=not progress, leave=False
-    ):
+    for (src, tgt), (src_ids, src_word), (tgt_ids, tgt_word) in zip(chunk, src_encoded, tgt_encoded):
+        stats["pairs_read"] += 1
+        stats["roots_fixed"] += src.roots_fixed + tgt.roots_fixed
         if max(len(src_ids), len(tgt_ids)) > config.max_len:
-            too_long += 1
+            stats["dropped_too_long" if filter_long else "over_max_len_kept"] += 1
             if filter_long:
                 continue
         row = {**side_columns("src", src, src_ids, src_word, config.subword_head),
                **side_columns("tgt", tgt, tgt_ids, tgt_word, config.subword_head)}
         for name, value in row.items():
             columns[name].append(value)
-    stats = {
-        "pairs_read": len(corpus.src),
-        "pairs_written": len(columns["src_ids"]),
-        "dropped_too_long" if filter_long else "over_max_len_kept": too_long,
-        "roots_fixed": sum(s.roots_fixed for s in corpus.src) + sum(s.roots_fixed for s in corpus.tgt),
-    }
-    return pa.Table.from_pydict(columns, schema=ds.SCHEMA), stats
+        stats["pairs_written"] += 1
+    return columns
+
+
+def encode_table(prefix: str | Path, models: tuple[SubwordModel, SubwordModel], config: PrepareConfig) -> pa.Table:
+    """A (small) split encoded whole, nothing filtered: evaluation data for a trained model."""
+    batches = encode_batches(read_pairs(pair_files(prefix, config), config), models, config, filter_long=False,
+                             stats={})
+    return pa.Table.from_batches(list(batches), schema=ds.SCHEMA)
 
 
 def side_columns(side: str, sentence: Sentence, ids: list[int], word: list[int], subword_head: str) -> dict[str, Any]:
@@ -130,14 +146,34 @@ def side_columns(side: str, sentence: Sentence, ids: list[int], word: list[int],
     return row
 
 
-def learn_models(train: Corpus, config: PrepareConfig) -> dict[str, bytes]:
-    """Serialized subword models for ``src`` and ``tgt`` (the same model twice if joint)."""
-    src_words = [s.words for s in train.src]
-    tgt_words = [s.words for s in train.tgt]
+# --------------------------------------------------------------------------- subwords
+
+
+def learn_models(files: tuple[str, str], config: PrepareConfig, scratch: Path, log: Log,
+                 progress: bool) -> tuple[dict[str, bytes], int]:
+    """Serialized subword models for ``src`` and ``tgt`` (the same model twice if joint), learned
+    from the train split ``files``, and its pair count.  One pass validates the pairs and writes
+    each side's words to ``scratch``, one sentence a line; SentencePiece reads those files (a
+    random sample of ``subwords.sample_size`` sentences where there are more)."""
+    paths = {side: scratch / f"{side}.words" for side in ("src", "tgt")}
+    with open(paths["src"], "w", encoding="utf-8") as src_out, open(paths["tgt"], "w", encoding="utf-8") as tgt_out:
+        pairs = tqdm(read_pairs(files, config), desc="read train", unit=" pair", disable=not progress, leave=False)
+        count = 0
+        for src, tgt in pairs:
+            src_out.write(" ".join(src.words) + "\n")
+            tgt_out.write(" ".join(tgt.words) + "\n")
+            count += 1
+    sample = config.subwords.sample_size
+    sides = [[paths["src"], paths["tgt"]]] if config.joint_vocab else [[paths["src"]], [paths["tgt"]]]
+    if any(len(group) * count > sample for group in sides):
+        log(f"learning subwords from a random sample of {sample:,} sentences per model "
+            f"(the train split has {count:,} pairs; set --subword-sample to change)")
+    models = [train_subwords(group, config.subwords) for group in sides]
+    for path in paths.values():
+        path.unlink()
     if config.joint_vocab:
-        joint = train_subwords(src_words + tgt_words, config.subwords)
-        return {"src": joint, "tgt": joint}
-    return {"src": train_subwords(src_words, config.subwords), "tgt": train_subwords(tgt_words, config.subwords)}
+        return {"src": models[0], "tgt": models[0]}, count
+    return {"src": models[0], "tgt": models[1]}, count
 
 
 # --------------------------------------------------------------------------- writing
@@ -172,21 +208,21 @@ def prepare(
     out = Path(out)
     check_output(out, overwrite)
     started = time.perf_counter()
-    corpora = {}
-    for split, prefix in prefixes.items():
-        log(f"reading {split}: {prefix}.{{{config.src_lang},{config.tgt_lang}}}.conllu")
-        corpora[split] = read_corpus(prefix, config, progress)
-    if subwords_from is not None:
-        models_bytes = {side: ds.read_subword_model(subwords_from, side) for side in ("src", "tgt")}
-    else:
-        log(f"learning subwords ({config.subwords.model_type}, vocab ≤ {config.subwords.vocab_size})")
-        models_bytes = learn_models(corpora["train"], config)
-    models = (SubwordModel(models_bytes["src"]), SubwordModel(models_bytes["tgt"]))
+    files = {split: pair_files(prefix, config) for split, prefix in prefixes.items()}
+    for split in files.keys() - {"train"}:  # small: checked whole before the long work
+        for _ in read_pairs(files[split], config):
+            pass
     tmp = atomic.temporary_sibling(out)
     try:
-        meta = _write_all(tmp, config, corpora, models, models_bytes, progress, log)
+        if subwords_from is not None:
+            models_bytes = {side: ds.read_subword_model(subwords_from, side) for side in ("src", "tgt")}
+        else:
+            log(f"learning subwords ({config.subwords.model_type}, vocab ≤ {config.subwords.vocab_size}) "
+                f"from {prefixes['train']}.{{{config.src_lang},{config.tgt_lang}}}.conllu")
+            models_bytes, _ = learn_models(files["train"], config, tmp, log, progress)
+        meta = _write_all(tmp, config, files, models_bytes, progress, log)
         meta["subwords_from"] = str(subwords_from) if subwords_from is not None else None
-        meta["segmentation"] = segmentation(corpora.get("train") or next(iter(corpora.values())))
+        meta["segmentation"] = segmentation(files.get("train") or next(iter(files.values())))
         _relocate_paths(meta, attach or {})
         meta.update(extra_meta or {})
         meta["seconds"] = round(time.perf_counter() - started, 2)
@@ -217,13 +253,17 @@ def _relocate_paths(meta: dict[str, Any], attach: dict[str, Path]) -> None:
     meta["inputs_sha256"] = {inside(p): h for p, h in meta["inputs_sha256"].items()}
 
 
-def _write_all(tmp, config, corpora, models, models_bytes, progress, log) -> dict[str, Any]:
+def _write_all(tmp: Path, config: PrepareConfig, files: dict[str, tuple[str, str]], models_bytes: dict[str, bytes],
+               progress: bool, log: Log) -> dict[str, Any]:
+    """Every split encoded into its Parquet file, row group by row group, and the subword models."""
+    models = (SubwordModel(models_bytes["src"]), SubwordModel(models_bytes["tgt"]))
     splits = {}
-    for split, corpus in corpora.items():
-        log(f"encoding {split} ({len(corpus.src)} pairs)")
-        table, stats = encode_corpus(corpus, models, config, filter_long=split == "train", progress=progress)
-        ds.write_split(tmp, split, table, config.row_group_size)
-        splits[split] = {**stats, "files": [str(p) for p in corpus.files]}
+    for split, pair in files.items():
+        log(f"encoding {split}")
+        stats: dict[str, int] = {}
+        pairs = tqdm(read_pairs(pair, config), desc=f"encode {split}", unit=" pair", disable=not progress, leave=False)
+        ds.write_split(tmp, split, encode_batches(pairs, models, config, filter_long=split == "train", stats=stats))
+        splits[split] = {**stats, "files": list(pair)}
     for side, blob in models_bytes.items():
         ds.write_subword_model(tmp, side, blob)
     return {
@@ -233,8 +273,15 @@ def _write_all(tmp, config, corpora, models, models_bytes, progress, log) -> dic
         "vocab_size": {"src": len(models[0]), "tgt": len(models[1])},
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         "splits": splits,
-        "inputs_sha256": {str(p): storage.input_sha256(p) for c in corpora.values() for p in c.files},
+        "inputs_sha256": {path: storage.input_sha256(path) for pair in files.values() for path in pair},
         "subword_library": f"sentencepiece {sentencepiece.__version__}",
         "config": config_io.to_dict(config),
         "command": shlex.join([Path(sys.executable).name, "-m", "platform.prepare", *sys.argv[1:]]),
     }
+
+
+def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last shorter)."""
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk

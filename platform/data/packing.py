@@ -15,21 +15,22 @@ from models.inputs import BOS_ID, EOS_ID, PAD_ID, Packing
 from platform.data.batch import HEAD_COLUMNS, LIST_COLUMNS, PAD_VALUES, Batch, PackedRows, round_up
 
 if TYPE_CHECKING:
-    from platform.data.batching import ParquetExamples
+    from platform.data.examples import Examples
 
 
-def collate_packed(examples: ParquetExamples, indices: Sequence[int], width: int, bucket: int = 1) -> Batch:
+def collate_packed(examples: Examples, indices: Sequence[int], width: int, bucket: int = 1) -> Batch:
     """The sentences of ``indices`` packed into rows of at most ``width`` source and target
     positions (wider where one sentence is), first fit in decreasing length: a row holds
     sentences back to back, each with its target in the same row (``PackedRows``).  The
-    per-sentence fields (``indices``, lengths, texts) list the sentences in row order.
+    per-sentence fields (``indices``, lengths) list the sentences in row order.
 
     ``bucket``: the rows and each side's width are padded up to a multiple of it.  An added row
     holds no sentence, only a padding token at position 0 marked as a sentence of its own on both
     sides, so its queries have a key to attend (a row with none would give NaN) and it adds
     nothing to the loss (its targets are padding)."""
     indices = np.asarray(indices, dtype=np.int64)
-    src_len, tgt_len = examples.src_lengths[indices], examples.tgt_lengths[indices] + 1  # + EOS / BOS
+    src_len, tgt_len = examples.lengths_of(indices)
+    tgt_len = tgt_len + 1  # + EOS / BOS
     rows = _first_fit(src_len, tgt_len, max(width, int(src_len.max()), int(tgt_len.max())))
     order = [m for members in rows for m in members]  # the batch's sentences in row order
     indices, src_len, tgt_len = indices[order], src_len[order], tgt_len[order]
@@ -47,12 +48,10 @@ def collate_packed(examples: ParquetExamples, indices: Sequence[int], width: int
                        tgt_in=torch.from_numpy(tgt_in), tgt_out=tensors["tgt_ids"])
     return Batch(indices=torch.from_numpy(indices), src_lengths=torch.from_numpy(src_len),
                  tgt_lengths=torch.from_numpy(tgt_len - 1),
-                 src_tree_parent=torch.full((shape_rows, 1), -1, dtype=torch.int64),
-                 src_text=[examples.texts["src_text"][i] for i in indices],
-                 tgt_text=[examples.texts["tgt_text"][i] for i in indices], rows=rows_, **tensors)
+                 src_tree_parent=torch.full((shape_rows, 1), -1, dtype=torch.int64), rows=rows_, **tensors)
 
 
-def _packed_column(examples: ParquetExamples, name: str, indices: np.ndarray, spans: _Spans,
+def _packed_column(examples: Examples, name: str, indices: np.ndarray, spans: _Spans,
                    shape: tuple[int, int]) -> np.ndarray:
     """Column ``name`` of the sentences ``indices`` laid out in rows as ``spans`` says."""
     values = examples.values[name][np.repeat(examples.offsets[name][indices], spans.lengths) + spans.within]

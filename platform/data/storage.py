@@ -82,7 +82,7 @@ class Location:
 
     def read_bytes(self) -> bytes:
         try:
-            with self.fs.open_input_stream(self.path) as stream:
+            with self.fs.open_input_stream(self.path, compression=None) as stream:
                 return stream.read()
         except FileNotFoundError:
             raise
@@ -93,7 +93,7 @@ class Location:
 
     def write_bytes(self, data: bytes) -> None:
         try:
-            with self.fs.open_output_stream(self.path) as stream:
+            with self.fs.open_output_stream(self.path, compression=None) as stream:
                 stream.write(data)
         except OSError as error:
             raise UserError(f"{self}: cannot write: {_first_line(error)}") from None
@@ -206,13 +206,15 @@ def publish(local_dir: str | Path, destination: str | Path, *, overwrite: bool =
         target.fs.create_dir(target.path, recursive=True)
         for info in sorted(files, key=lambda i: i.path):
             relative = Path(info.path).relative_to(Path(local_dir).resolve()).as_posix()
-            data = Path(info.path).read_bytes()
             parent = Path(relative).parent.as_posix()
             if parent != ".":
                 target.fs.create_dir(target.child(parent).path, recursive=True)
-            target.child(relative).write_bytes(data)
-            digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
-            total += len(data)
+            destination = target.child(relative)
+            with open(info.path, "rb") as source_file, \
+                    destination.fs.open_output_stream(destination.path, compression=None) as out:
+                file_digest = _copy_chunks(source_file, out.write)
+            digest.update(relative.encode() + b"\0" + file_digest)
+            total += info.size
     except OSError as error:
         raise UserError(f"{target}: cannot write: {_first_line(error)}") from None
     marker = {"files": len(files), "bytes": total, "sha256": digest.hexdigest()}
@@ -226,10 +228,20 @@ def directory_sha256(local_dir: str | Path) -> tuple[str, int]:
     root = Path(local_dir).resolve()
     digest, total = hashlib.sha256(), 0
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + hashlib.sha256(data).digest())
-        total += len(data)
+        with open(path, "rb") as handle:
+            file_digest = _copy_chunks(handle, lambda chunk: None)
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + file_digest)
+        total += path.stat().st_size
     return digest.hexdigest(), total
+
+
+def _copy_chunks(source, write, chunk_size: int = 1 << 22) -> bytes:
+    """``source`` passed to ``write`` a chunk at a time; returns its sha256 digest."""
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: source.read(chunk_size), b""):
+        digest.update(chunk)
+        write(chunk)
+    return digest.digest()
 
 
 def _first_line(error: BaseException) -> str:
@@ -260,7 +272,7 @@ def open_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     name = str(path)
     try:
         with _open_binary(name) as raw_handle:
-            handle = gzip.GzipFile(fileobj=raw_handle) if name.endswith(".gz") else raw_handle
+            handle = gzip.GzipFile(fileobj=raw_handle) if name.partition("?")[0].endswith(".gz") else raw_handle
             for number, raw in enumerate(handle, start=1):
                 try:
                     line = raw.decode("utf-8")
@@ -277,14 +289,42 @@ def open_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 
 def input_sha256(path: str | Path) -> str:
     """The sha256 of an input file (local or a URI), recorded in the dataset's metadata."""
-    digest = hashlib.sha256()
     with _open_binary(str(path)) as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return _copy_chunks(handle, lambda chunk: None).hex()
 
 
 def _open_binary(name: str):
+    """A local file or a URI's object, read as a stream (never whole into memory)."""
     if is_uri(name):
-        return io.BytesIO(locate(name).read_bytes())
+        location = locate(name)
+        try:
+            stream = location.fs.open_input_stream(location.path, compression=None)
+            return io.BufferedReader(_RawStream(stream), buffer_size=1 << 20)
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            if not location.exists():
+                raise FileNotFoundError(name) from None
+            raise InputError(name, None, f"cannot read: {_first_line(error)}") from None
     return open(name, "rb")
+
+
+class _RawStream(io.RawIOBase):
+    """A ``pyarrow`` input stream as a raw binary file, so that it can be buffered and read by
+    line (pyarrow's own streams have no ``readline``)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.stream.close()
+        super().close()

@@ -3,7 +3,8 @@
 Every word is encoded on its own, so each subword knows the word it came from; SentencePiece
 splits on whitespace before it segments, so this is exactly what it would produce for the
 whole sentence.  Words are encoded once per distinct type (a batched call into the C++
-library), which keeps encoding 50k sentences well under a second.
+library, its results kept for the next call up to a bound), which keeps encoding 50k
+sentences well under a second.
 
 Special ids are fixed for every model: pad 0, unk 1, bos 2, eos 3.
 """
@@ -11,7 +12,8 @@ Special ids are fixed for every model: pad 0, unk 1, bos 2, eos 3.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -28,29 +30,37 @@ class SubwordConfig:
     model_type: Literal["bpe", "unigram"] = "bpe"
     character_coverage: float = 1.0  # < 1 maps the rarest characters to <unk> (or bytes); 0.9995 suits CJK
     byte_fallback: bool = False  # spell unknown characters as UTF-8 bytes instead of <unk>
-    num_threads: int = 2
+    sample_size: int = 10_000_000  # sentences a model learns from: a random sample where there are more
+    num_threads: int | None = None  # None: every core of the machine (the learned model does not depend on it)
 
     def __post_init__(self) -> None:
         if self.vocab_size < 8:
             raise ValueError(f"vocab_size must be at least 8, got {self.vocab_size}")
         if not 0.9 <= self.character_coverage <= 1.0:
             raise ValueError(f"character_coverage must be in [0.9, 1], got {self.character_coverage}")
+        if self.sample_size < 1:
+            raise ValueError(f"sample_size must be positive, got {self.sample_size}")
 
 
-def train_subwords(sentences: Iterable[Sequence[str]], config: SubwordConfig) -> bytes:
-    """Learn a model from word-tokenized sentences; returns the serialized model."""
+SAMPLE_SEED = 1  # SentencePiece's sample of a large corpus is the same on every run
+
+
+def train_subwords(files: Sequence[str | Path], config: SubwordConfig) -> bytes:
+    """Learn a model from files of word-tokenized sentences (one a line, words separated by
+    spaces); returns the serialized model."""
     model = io.BytesIO()
     try:
-        _train(sentences, config, model)
+        _train(files, config, model)
     except RuntimeError as error:  # SentencePiece reports bad settings as RuntimeError
         detail = str(error).split("] ")[-1].strip()
         raise UserError(f"subword training failed: {detail}") from None
     return model.getvalue()
 
 
-def _train(sentences: Iterable[Sequence[str]], config: SubwordConfig, model: io.BytesIO) -> None:
+def _train(files: Sequence[str | Path], config: SubwordConfig, model: io.BytesIO) -> None:
+    spm.set_random_generator_seed(SAMPLE_SEED)
     spm.SentencePieceTrainer.train(
-        sentence_iterator=(" ".join(words) for words in sentences),
+        input=",".join(str(f) for f in files),
         model_writer=model,
         vocab_size=config.vocab_size,
         hard_vocab_limit=False,
@@ -62,10 +72,10 @@ def _train(sentences: Iterable[Sequence[str]], config: SubwordConfig, model: io.
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
-        num_threads=config.num_threads,
+        num_threads=config.num_threads or os.cpu_count() or 1,
         max_sentence_length=1 << 16,
-        input_sentence_size=2_000_000,
-        shuffle_input_sentence=False,
+        input_sentence_size=config.sample_size,
+        shuffle_input_sentence=True,
         minloglevel=2,
     )
 
@@ -73,8 +83,11 @@ def _train(sentences: Iterable[Sequence[str]], config: SubwordConfig, model: io.
 class SubwordModel:
     """A loaded SentencePiece model with word-aligned encoding."""
 
+    CACHED_TYPES = 1_000_000  # word types whose encoding is kept between calls
+
     def __init__(self, model: bytes):
         self.processor = spm.SentencePieceProcessor(model_proto=model)
+        self._pieces: dict[str, list[int]] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> SubwordModel:
@@ -85,8 +98,12 @@ class SubwordModel:
 
     def encode_sentences(self, sentences: Sequence[Sequence[str]]) -> list[tuple[list[int], list[int]]]:
         """For each sentence: (subword ids, word index of each subword)."""
-        types = sorted({word for words in sentences for word in words})
-        pieces = dict(zip(types, self.processor.encode(types, out_type=int)))
+        pieces = self._pieces
+        new_types = sorted({word for words in sentences for word in words if word not in pieces})
+        if len(pieces) + len(new_types) > self.CACHED_TYPES:
+            pieces.clear()  # a bounded cache: the frequent types come back within a chunk or two
+            new_types = sorted({word for words in sentences for word in words})
+        pieces.update(zip(new_types, self.processor.encode(new_types, out_type=int)))
         encoded = []
         for words in sentences:
             ids: list[int] = []

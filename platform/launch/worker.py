@@ -51,7 +51,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     torch.set_num_threads(threads)  # Ray pins 1 thread otherwise
     ctx = Context.from_torch_distributed(assigned_device())
     location = loop["dataset"].location  # a DatasetRef
-    dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0)
+    dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0, log=_write_line)
     example = dataset.dev.texts["src_text"][0] if dataset.dev is not None else "a source sentence"
     hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example, loop["kept_at"])
     if hooks.logger is not None:  # what ``precision: auto`` chose on this device, and which GPU Ray gave rank 0

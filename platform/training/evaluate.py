@@ -17,7 +17,7 @@ from platform.training.metrics import head_accuracy, translation_scores
 
 if TYPE_CHECKING:
     from platform.data.batch import Batch
-    from platform.data.batching import ParquetExamples
+    from platform.data.examples import ParquetExamples
     from platform.data.subwords import SubwordModel
 
 

@@ -125,7 +125,8 @@ def test_fix_roots_through_the_cli_counts_what_it_fixed(tmp_path, capsys):
     prefix = write_pair(tmp_path, GOOD + two_roots, two_roots + GOOD)
     out = tmp_path / "out"
     result = prepare(capsys, *prepare_args(prefix, out))
-    assert_clean_failure(result, out, f"{prefix}.xx.conllu:7: 2 roots")
+    # the pairs are read in step: the first pair's target is the first problem
+    assert_clean_failure(result, out, f"{prefix}.yy.conllu:2: 2 roots")
     result = prepare(capsys, *prepare_args(prefix, out), "--fix-roots")
     assert result.returncode == 0, result.stderr
     splits = json.loads((out / "meta.json").read_text())["splits"]
