@@ -69,15 +69,19 @@ def node_local_train(directory: str, meta: dict[str, Any], log=lambda message: N
     this node's copy, which is made first if the node has none."""
     source = storage.locate(directory).child("train.parquet")
     root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
     target = root / copy_name(source, meta)
-    with _locked(root / f"{target.name}.lock"):
-        if not (target / MANIFEST).exists():
-            started = time.perf_counter()
-            convert(source, target, dtypes_for(meta))
-            size = sum(p.stat().st_size for p in target.iterdir())
-            log(f"train split copied for memory mapping to {target} in {time.perf_counter() - started:.1f} s "
-                f"({size / 1e6:.1f} MB)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with _locked(root / f"{target.name}.lock"):
+            if not (target / MANIFEST).exists():
+                started = time.perf_counter()
+                convert(source, target, dtypes_for(meta))
+                size = sum(p.stat().st_size for p in target.iterdir())
+                log(f"train split copied for memory mapping to {target} in {time.perf_counter() - started:.1f} s "
+                    f"({size / 1e6:.1f} MB)")
+    except OSError as error:  # not writable, disk full
+        raise UserError(f"{root}: cannot keep this node's copy of the train split ({error.strerror or error}); "
+                        f"set {CACHE_ENV} to a writable directory with room") from None
     return MappedExamples(target, name=source.uri)
 
 

@@ -146,3 +146,11 @@ def test_a_dataset_prepared_again_gets_a_new_copy(demo_dataset, cache, tmp_path)
     meta["seconds"] = meta["seconds"] + 1
     (again / "meta.json").write_text(json.dumps(meta))
     assert open_mapped(again).directory != first
+
+
+def test_a_cache_directory_that_cannot_be_written_is_one_clear_error(demo_dataset, tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv(mapped.CACHE_ENV, str(blocked / "cache"))
+    with pytest.raises(UserError, match=f"{blocked / 'cache'}: cannot keep this node's copy .* set NMT_DATA_CACHE"):
+        open_mapped(demo_dataset)

@@ -90,6 +90,7 @@ class HiddenNodeCluster:
 
         self.address = f"{get_node_ip_address()}:{free_port()}"
         self.head = self.worker = ""
+        self.node_cache = Path(tempfile.mkdtemp(prefix="nmt-node-cache-"))  # the worker node's own (data.mapped)
 
     def start(self) -> dict:
         ray = str(Path(sys.executable).parent / "ray")
@@ -100,7 +101,8 @@ class HiddenNodeCluster:
                        env=self.env, check=True, capture_output=True, timeout=180)
         script = hidden_node_script(self.hide, self.keep, self.address, num_cpus=4, read_only=self.read_only)
         started = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
-                                 env=self.env, capture_output=True, text=True, timeout=180)
+                                 env={**self.env, "NMT_DATA_CACHE": str(self.node_cache)}, capture_output=True,
+                                 text=True, timeout=180)
         assert started.returncode == 0, started.stderr[-3000:]
         marker = self.hide[-1] / "visible-from-the-head"
         marker.write_text("the worker node must not see this\n")
@@ -130,6 +132,7 @@ class HiddenNodeCluster:
         end_ray_processes_under(self.temp_dir)
         shutil.rmtree(self.keep, ignore_errors=True)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+        shutil.rmtree(self.node_cache, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -201,11 +204,27 @@ def test_train_on_a_node_without_the_heads_files_ships_the_local_demo_corpus(clu
     assert location.startswith(str(tmp_path)) and (Path(location) / "MLmodel").is_file()
     copies = list((shared / "runs" / "datasets").iterdir())
     assert len(copies) == 1 and (copies[0] / "COMMITTED").is_file() and (copies[0] / "train.parquet").is_file()
-    # a second run reuses the copy
+    # the worker node's two workers memory-map one node-local copy of the train split, built once
+    (mapped,) = [p for p in hidden.node_cache.iterdir() if p.is_dir()]
+    built = (mapped / "manifest.json").stat().st_mtime_ns
+    # a second run reuses the dataset's copy on the shared storage and the node's copy of its train split
     again = cli(cluster, "train", "--model", "transformer", "--smoke", "--max-epochs", "1", "--address", hidden.address,
                 "--storage-path", shared / "runs", "--tracking-uri", store, "--experiment", "hidden", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-4000:]
     assert "made by an earlier run" in again.stdout and len(list((shared / "runs" / "datasets").iterdir())) == 1
+    assert [p for p in hidden.node_cache.iterdir() if p.is_dir()] == [mapped]
+    assert (mapped / "manifest.json").stat().st_mtime_ns == built
+    # a worker restarted on any other node maps the same arrays: a copy built here is identical
+    from platform.data import dataset as ds
+    from platform.data.mapped import node_local_train
+
+    os.environ["NMT_DATA_CACHE"], previous = str(tmp_path / "here"), os.environ["NMT_DATA_CACHE"]
+    try:
+        here = node_local_train(str(copies[0]), ds.read_meta(copies[0])).directory
+    finally:
+        os.environ["NMT_DATA_CACHE"] = previous
+    assert here.name == mapped.name
+    assert {p.name: p.read_bytes() for p in here.iterdir()} == {p.name: p.read_bytes() for p in mapped.iterdir()}
 
 
 def test_a_storage_path_the_worker_node_cannot_reach_is_one_line_before_any_training(cluster, tmp_path):
