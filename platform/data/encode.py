@@ -20,6 +20,7 @@ from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import sentencepiece
 from tqdm import tqdm
@@ -164,16 +165,41 @@ def learn_models(files: tuple[str, str], config: PrepareConfig, scratch: Path, l
             tgt_out.write(" ".join(tgt.words) + "\n")
             count += 1
     sample = config.subwords.sample_size
-    sides = [[paths["src"], paths["tgt"]]] if config.joint_vocab else [[paths["src"]], [paths["tgt"]]]
-    if any(len(group) * count > sample for group in sides):
-        log(f"learning subwords from a random sample of {sample:,} sentences per model "
-            f"(the train split has {count:,} pairs; set --subword-sample to change)")
-    models = [train_subwords(group, config.subwords) for group in sides]
-    for path in paths.values():
+    groups = {"joint": [paths["src"], paths["tgt"]]} if config.joint_vocab else {"src": [paths["src"]],
+                                                                                 "tgt": [paths["tgt"]]}
+    models = {}
+    for name, group in groups.items():
+        if len(group) * count > sample:
+            log(f"learning the {name} subwords from a random sample of {sample:,} of {len(group) * count:,} "
+                f"sentences (the train split has {count:,} pairs; set --subword-sample to change)")
+            group = [sample_lines(group, len(group) * count, sample, scratch / f"{name}.sample")]
+        models[name] = train_subwords(group, config.subwords)
+    for path in scratch.glob("*.words"):
+        path.unlink()
+    for path in scratch.glob("*.sample"):
         path.unlink()
     if config.joint_vocab:
-        return {"src": models[0], "tgt": models[0]}, count
-    return {"src": models[0], "tgt": models[1]}, count
+        return {"src": models["joint"], "tgt": models["joint"]}, count
+    return models, count
+
+
+SAMPLE_SEED = 1  # the sample of a large train split is the same on every run
+
+
+def sample_lines(files: list[Path], total: int, size: int, out: Path) -> Path:
+    """``size`` of the ``total`` lines of ``files``, drawn at random with a fixed seed, written to
+    ``out`` in their order (memory: one byte per line for the draw)."""
+    chosen = np.zeros(total, dtype=bool)
+    chosen[np.random.default_rng(SAMPLE_SEED).choice(total, size, replace=False)] = True
+    number = 0
+    with open(out, "w", encoding="utf-8") as handle:
+        for path in files:
+            with open(path, encoding="utf-8") as lines:
+                for line in lines:
+                    if chosen[number]:
+                        handle.write(line)
+                    number += 1
+    return out
 
 
 # --------------------------------------------------------------------------- writing

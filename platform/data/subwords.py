@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, UNK_ID  # the special ids, defined once
 from platform.errors import UserError
@@ -30,7 +31,7 @@ class SubwordConfig:
     model_type: Literal["bpe", "unigram"] = "bpe"
     character_coverage: float = 1.0  # < 1 maps the rarest characters to <unk> (or bytes); 0.9995 suits CJK
     byte_fallback: bool = False  # spell unknown characters as UTF-8 bytes instead of <unk>
-    sample_size: int = 10_000_000  # sentences a model learns from: a random sample where there are more
+    sample_size: int = 10_000_000  # sentences a model learns from: a random sample where there are more (encode)
     num_threads: int | None = None  # None: every core of the machine (the learned model does not depend on it)
 
     def __post_init__(self) -> None:
@@ -42,23 +43,24 @@ class SubwordConfig:
             raise ValueError(f"sample_size must be positive, got {self.sample_size}")
 
 
-SAMPLE_SEED = 1  # SentencePiece's sample of a large corpus is the same on every run
-
-
 def train_subwords(files: Sequence[str | Path], config: SubwordConfig) -> bytes:
     """Learn a model from files of word-tokenized sentences (one a line, words separated by
-    spaces); returns the serialized model."""
+    spaces; all of them are read); returns the serialized model, without the settings that say
+    where and how it was trained (input paths, threads), so the same data gives the same bytes."""
     model = io.BytesIO()
     try:
         _train(files, config, model)
     except RuntimeError as error:  # SentencePiece reports bad settings as RuntimeError
         detail = str(error).split("] ")[-1].strip()
         raise UserError(f"subword training failed: {detail}") from None
-    return model.getvalue()
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.getvalue())
+    proto.trainer_spec.ClearField("input")
+    proto.trainer_spec.ClearField("num_threads")
+    return proto.SerializeToString()
 
 
 def _train(files: Sequence[str | Path], config: SubwordConfig, model: io.BytesIO) -> None:
-    spm.set_random_generator_seed(SAMPLE_SEED)
     spm.SentencePieceTrainer.train(
         input=",".join(str(f) for f in files),
         model_writer=model,
@@ -74,8 +76,8 @@ def _train(files: Sequence[str | Path], config: SubwordConfig, model: io.BytesIO
         eos_id=EOS_ID,
         num_threads=config.num_threads or os.cpu_count() or 1,
         max_sentence_length=1 << 16,
-        input_sentence_size=config.sample_size,
-        shuffle_input_sentence=True,
+        input_sentence_size=0,  # every line: the caller has drawn its sample (``encode.sample_lines``)
+        shuffle_input_sentence=False,
         minloglevel=2,
     )
 

@@ -70,6 +70,6 @@ def test_subwords_learn_from_a_seeded_random_sample_and_say_so(scale, tmp_path):
                                  "--out", tmp_path / run, "--subword-sample", "1000", "--vocab-size", "500"],
                                 cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
-        assert "random sample of 1,000 sentences per model (the train split has 3,000 pairs" in result.stderr
+        assert "src subwords from a random sample of 1,000 of 3,000 sentences" in result.stderr
         models.append((tmp_path / run / "src.model").read_bytes())
     assert models[0] == models[1]
