@@ -55,9 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     opts.add_argument("--character-coverage", type=float, default=1.0,
                       help="SentencePiece character coverage (default 1.0; below 1 the rarest characters become <unk>)")
     opts.add_argument("--byte-fallback", action="store_true", help="spell unknown characters as bytes instead of <unk>")
-    opts.add_argument("--subword-sample", type=int, default=10_000_000, metavar="N",
-                      help="sentences each subword model learns from: a random sample of the train split where "
-                           "it has more (default 10,000,000)")
     opts.add_argument("--joint-vocab", action="store_true", help="one subword model shared by both languages")
     opts.add_argument("--max-len", type=int, default=250,
                       help="drop training pairs longer than this in subwords (default 250)")
@@ -79,8 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace, src: str, tgt: str, default_vocab: int) -> PrepareConfig:
     subwords = {"vocab_size": args.vocab_size or default_vocab, "model_type": args.model_type,
-                "character_coverage": args.character_coverage, "byte_fallback": args.byte_fallback,
-                "sample_size": args.subword_sample}
+                "character_coverage": args.character_coverage, "byte_fallback": args.byte_fallback}
     return config_io.from_dict(PrepareConfig, {
         "src_lang": src, "tgt_lang": tgt, "subwords": subwords, "joint_vocab": args.joint_vocab,
         "max_len": args.max_len, "subword_head": args.subword_head, "fix_roots": args.fix_roots,

@@ -3,9 +3,9 @@
 ``prepare`` reads CoNLL-U prefixes (``PREFIX.LANG.conllu[.gz]`` per side), learns or reuses
 the subword models, encodes every split with its trees and writes the dataset directory
 atomically.  It streams: sentences are read one by one and encoded a row group at a time, so its
-memory does not grow with the corpus (SentencePiece holds its sample of the train split: at most
-``subwords.sample_size`` sentences per model).  ``python -m platform.prepare`` is the command
-over it; ``data.builtin`` prepares the generated demo corpus through it.
+memory does not grow with the corpus (subwords are learned from word counts: ``learn_models``).
+``python -m platform.prepare`` is the command over it; ``data.builtin`` prepares the generated
+demo corpus through it.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import shlex
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pyarrow as pa
 import sentencepiece
 from tqdm import tqdm
@@ -150,56 +150,26 @@ def side_columns(side: str, sentence: Sentence, ids: list[int], word: list[int],
 # --------------------------------------------------------------------------- subwords
 
 
-def learn_models(files: tuple[str, str], config: PrepareConfig, scratch: Path, log: Log,
+def learn_models(files: tuple[str, str], config: PrepareConfig, scratch: Path,
                  progress: bool) -> tuple[dict[str, bytes], int]:
     """Serialized subword models for ``src`` and ``tgt`` (the same model twice if joint), learned
-    from the train split ``files``, and its pair count.  One pass validates the pairs and writes
-    each side's words to ``scratch``, one sentence a line; SentencePiece reads those files (a
-    random sample of ``subwords.sample_size`` sentences where there are more)."""
-    paths = {side: scratch / f"{side}.words" for side in ("src", "tgt")}
-    with open(paths["src"], "w", encoding="utf-8") as src_out, open(paths["tgt"], "w", encoding="utf-8") as tgt_out:
-        pairs = tqdm(read_pairs(files, config), desc="read train", unit=" pair", disable=not progress, leave=False)
-        count = 0
-        for src, tgt in pairs:
-            src_out.write(" ".join(src.words) + "\n")
-            tgt_out.write(" ".join(tgt.words) + "\n")
-            count += 1
-    sample = config.subwords.sample_size
-    groups = {"joint": [paths["src"], paths["tgt"]]} if config.joint_vocab else {"src": [paths["src"]],
-                                                                                 "tgt": [paths["tgt"]]}
-    models = {}
-    for name, group in groups.items():
-        if len(group) * count > sample:
-            log(f"learning the {name} subwords from a random sample of {sample:,} of {len(group) * count:,} "
-                f"sentences (the train split has {count:,} pairs; set --subword-sample to change)")
-            group = [sample_lines(group, len(group) * count, sample, scratch / f"{name}.sample")]
-        models[name] = train_subwords(group, config.subwords)
-    for path in scratch.glob("*.words"):
-        path.unlink()
-    for path in scratch.glob("*.sample"):
-        path.unlink()
+    from the train split ``files``, and its pair count.
+
+    One pass validates the pairs and counts each side's words; SentencePiece learns from those
+    counts (``subwords.train_subwords``), not from the sentences.  Every word is encoded on its
+    own, so the counts are all BPE learns from: its model is the one the whole corpus would give
+    (checked in the tests), and memory grows with the distinct words, not with the pairs."""
+    counts: dict[str, Counter[str]] = {"src": Counter(), "tgt": Counter()}
+    pairs = tqdm(read_pairs(files, config), desc="read train", unit=" pair", disable=not progress, leave=False)
+    count = 0
+    for src, tgt in pairs:
+        counts["src"].update(src.words)
+        counts["tgt"].update(tgt.words)
+        count += 1
     if config.joint_vocab:
-        return {"src": models["joint"], "tgt": models["joint"]}, count
-    return models, count
-
-
-SAMPLE_SEED = 1  # the sample of a large train split is the same on every run
-
-
-def sample_lines(files: list[Path], total: int, size: int, out: Path) -> Path:
-    """``size`` of the ``total`` lines of ``files``, drawn at random with a fixed seed, written to
-    ``out`` in their order (memory: one byte per line for the draw)."""
-    chosen = np.zeros(total, dtype=bool)
-    chosen[np.random.default_rng(SAMPLE_SEED).choice(total, size, replace=False)] = True
-    number = 0
-    with open(out, "w", encoding="utf-8") as handle:
-        for path in files:
-            with open(path, encoding="utf-8") as lines:
-                for line in lines:
-                    if chosen[number]:
-                        handle.write(line)
-                    number += 1
-    return out
+        joint = train_subwords(counts["src"] + counts["tgt"], config.subwords, scratch)
+        return {"src": joint, "tgt": joint}, count
+    return {side: train_subwords(counts[side], config.subwords, scratch) for side in ("src", "tgt")}, count
 
 
 # --------------------------------------------------------------------------- writing
@@ -245,7 +215,7 @@ def prepare(
         else:
             log(f"learning subwords ({config.subwords.model_type}, vocab ≤ {config.subwords.vocab_size}) "
                 f"from {prefixes['train']}.{{{config.src_lang},{config.tgt_lang}}}.conllu")
-            models_bytes, _ = learn_models(files["train"], config, tmp, log, progress)
+            models_bytes, _ = learn_models(files["train"], config, tmp, progress)
         meta = _write_all(tmp, config, files, models_bytes, progress, log)
         meta["subwords_from"] = str(subwords_from) if subwords_from is not None else None
         meta["segmentation"] = segmentation(files.get("train") or next(iter(files.values())))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,7 +31,6 @@ class SubwordConfig:
     model_type: Literal["bpe", "unigram"] = "bpe"
     character_coverage: float = 1.0  # < 1 maps the rarest characters to <unk> (or bytes); 0.9995 suits CJK
     byte_fallback: bool = False  # spell unknown characters as UTF-8 bytes instead of <unk>
-    sample_size: int = 10_000_000  # sentences a model learns from: a random sample where there are more (encode)
     num_threads: int | None = None  # None: every core of the machine (the learned model does not depend on it)
 
     def __post_init__(self) -> None:
@@ -39,20 +38,29 @@ class SubwordConfig:
             raise ValueError(f"vocab_size must be at least 8, got {self.vocab_size}")
         if not 0.9 <= self.character_coverage <= 1.0:
             raise ValueError(f"character_coverage must be in [0.9, 1], got {self.character_coverage}")
-        if self.sample_size < 1:
-            raise ValueError(f"sample_size must be positive, got {self.sample_size}")
 
 
-def train_subwords(files: Sequence[str | Path], config: SubwordConfig) -> bytes:
-    """Learn a model from files of word-tokenized sentences (one a line, words separated by
-    spaces; all of them are read); returns the serialized model, without the settings that say
-    where and how it was trained (input paths, threads), so the same data gives the same bytes."""
+def train_subwords(counts: Mapping[str, int], config: SubwordConfig, scratch: str | Path) -> bytes:
+    """Learn a model from word counts (``scratch``: a directory for SentencePiece's input file);
+    returns the serialized model, without the settings that say where and how it was trained
+    (input path, threads), so the same data gives the same bytes.
+
+    SentencePiece reads the counts as ``word<TAB>count`` lines (its ``tsv`` input): a BPE model
+    learned so is identical to one learned on the sentences, since subwords never cross the
+    spaces between words; a unigram model's scores differ slightly (its seed pieces are drawn
+    from the text as a whole)."""
+    path = Path(scratch) / "subword-counts.tsv"
+    with open(path, "w", encoding="utf-8") as handle:
+        for word in sorted(counts):
+            handle.write(f"{word}\t{counts[word]}\n")
     model = io.BytesIO()
     try:
-        _train(files, config, model)
+        _train(path, config, model)
     except RuntimeError as error:  # SentencePiece reports bad settings as RuntimeError
         detail = str(error).split("] ")[-1].strip()
         raise UserError(f"subword training failed: {detail}") from None
+    finally:
+        path.unlink()
     proto = sentencepiece_model_pb2.ModelProto()
     proto.ParseFromString(model.getvalue())
     proto.trainer_spec.ClearField("input")
@@ -60,9 +68,10 @@ def train_subwords(files: Sequence[str | Path], config: SubwordConfig) -> bytes:
     return proto.SerializeToString()
 
 
-def _train(files: Sequence[str | Path], config: SubwordConfig, model: io.BytesIO) -> None:
+def _train(path: Path, config: SubwordConfig, model: io.BytesIO) -> None:
     spm.SentencePieceTrainer.train(
-        input=",".join(str(f) for f in files),
+        input=str(path),
+        input_format="tsv",
         model_writer=model,
         vocab_size=config.vocab_size,
         hard_vocab_limit=False,
@@ -76,8 +85,7 @@ def _train(files: Sequence[str | Path], config: SubwordConfig, model: io.BytesIO
         eos_id=EOS_ID,
         num_threads=config.num_threads or os.cpu_count() or 1,
         max_sentence_length=1 << 16,
-        input_sentence_size=0,  # every line: the caller has drawn its sample (``encode.sample_lines``)
-        shuffle_input_sentence=False,
+        input_sentence_size=0,  # every word
         minloglevel=2,
     )
 
