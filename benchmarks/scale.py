@@ -6,7 +6,8 @@ to the first update and the data-wait share, on synthetic corpora of millions of
 
 For each size N it generates a synthetic CoNLL-U corpus of N pairs (the demo grammar's large
 lexicon, each sentence two to four clauses joined under the first clause's root: 20–40 words a
-side, real dependency trees; written once under ``--work``, never committed), then measures,
+side, real dependency trees; written once under ``--work``, never committed; a multiple of a million
+repeats the first million), then measures,
 each in a fresh process:
 
 - ``prepare``: ``python -m platform.prepare`` on it: wall time and peak RSS;
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))  # the repository's platform package, not the stan
 
 SRC, TGT = "sov", "svo"
 SPLIT_PAIRS = {"dev": 500, "test": 500}
+UNIQUE_PAIRS = 1_000_000  # larger corpora repeat this many generated pairs (generating is the slow part)
 
 
 # ----------------------------------------------------------------------------- the corpus
@@ -52,6 +54,9 @@ def write_corpus(directory: Path, pairs: int, seed: int = 1) -> Path:
     if done.exists():
         return directory
     directory.mkdir(parents=True, exist_ok=True)
+    if pairs > UNIQUE_PAIRS and pairs % UNIQUE_PAIRS == 0:
+        return _repeated(write_corpus(directory.with_name(f"corpus-{UNIQUE_PAIRS}"), UNIQUE_PAIRS, seed), directory,
+                         pairs // UNIQUE_PAIRS)
     config = demo.DemoConfig(num_train=pairs, seed=seed, num_nouns=1600, num_verbs=600, num_adjectives=400)
     lexicon = demo.build_lexicon(config)
     for split, count in (("train", pairs), *SPLIT_PAIRS.items()):
@@ -64,6 +69,23 @@ def write_corpus(directory: Path, pairs: int, seed: int = 1) -> Path:
                 src.write(joined_conllu([demo.to_conllu(p.src, "") for p in joined], f"{split}-{number}"))
                 tgt.write(joined_conllu([demo.to_conllu(p.tgt, "") for p in joined], f"{split}-{number}"))
     done.write_text("")
+    return directory
+
+
+def _repeated(unique: Path, directory: Path, times: int) -> Path:
+    """A corpus whose train split is ``unique``'s ``times`` over (gzip members back to back);
+    dev and test as they are."""
+    import shutil
+
+    for name in (f"train.{SRC}.conllu.gz", f"train.{TGT}.conllu.gz"):
+        with open(directory / name, "wb") as out:
+            for _ in range(times):
+                with open(unique / name, "rb") as part:
+                    shutil.copyfileobj(part, out, 1 << 22)
+    for split in SPLIT_PAIRS:
+        for lang in (SRC, TGT):
+            shutil.copyfile(unique / f"{split}.{lang}.conllu.gz", directory / f"{split}.{lang}.conllu.gz")
+    (directory / "COMPLETE").write_text("")
     return directory
 
 
