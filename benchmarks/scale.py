@@ -13,11 +13,14 @@ each in a fresh process:
 - ``prepare``: ``python -m platform.prepare`` on it: wall time and peak RSS;
 - ``worker``: a training worker's private memory (the process's ``RssAnon``: memory no file
   backs) before and after it opens the train split and collates its first update, per pair, and
-  the time that takes, for the node-local memory-mapped split (``mapped``, what training reads)
-  and the whole split loaded into memory (``in-memory``, the reader before it);
+  the time that takes, for the node-local memory-mapped split (``mapped``: what training reads;
+  ``mapped-first``: the node's first worker, which makes the node's copy) and the whole split
+  loaded into memory (``in-memory``, the reader before it);
 - ``train``: 40 updates of the CPU-size Transformer through ``training.loop.fit``, with the mapped
-  split's pages dropped from the page cache first (``cold``) and then in it (``warm``): the
-  share of the step spent waiting for data.
+  split's pages dropped from the page cache first (``cold``), in it (``warm``), and on the split
+  held in memory (``in-memory``): the share of the step spent waiting for data.
+
+``--dataset DIR`` measures ``worker`` and ``train`` on a prepared dataset instead (the demo).
 
 Prints one JSON line per measurement (``--out`` appends them to a file too).
 """
@@ -31,6 +34,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -146,9 +150,11 @@ def worker_probe(dataset: str, reader: str) -> dict:
     batching = resolve_config("transformer", "cpu").batching
     if reader == "mapped":  # the node's copy exists (a node's later workers); its making is not measured
         node_local_train(dataset, ds.read_meta(dataset))
+    elif reader == "mapped-first":  # the node's first worker, which makes the copy
+        os.environ["NMT_DATA_CACHE"] = tempfile.mkdtemp(prefix="nmt-scale-cache-")
     _warm_up()
     before, began = rss_anon(), time.perf_counter()
-    if reader == "mapped":
+    if reader.startswith("mapped"):
         examples = ds.PreparedDataset.open(dataset, with_dev=False).train
     else:
         examples = ds.read_examples(dataset, "train")
@@ -182,10 +188,11 @@ def drop_from_page_cache(paths: list[Path]) -> None:
             os.close(fd)
 
 
-def train_probe(dataset: str, cold: bool, updates: int) -> dict:
+def train_probe(dataset: str, cache: str, updates: int) -> dict:
     """In this (fresh) process: ``updates`` updates of the CPU-size Transformer on the mapped split
-    (its pages evicted first where ``cold``); the data-wait share of the steps."""
-    import tempfile
+    (its pages evicted first where ``cache`` is ``cold``; ``in-memory``: the split read whole
+    instead); the data-wait share of the steps."""
+    import dataclasses
 
     import torch
 
@@ -198,16 +205,18 @@ def train_probe(dataset: str, cold: bool, updates: int) -> dict:
 
     torch.set_num_threads(2)
     copy = node_local_train(dataset, ds.read_meta(dataset)).directory  # built (if not yet) before timing
-    if cold:
+    if cache == "cold":
         drop_from_page_cache([*copy.iterdir(), Path(dataset) / "train.parquet"])
     config = resolve_config("transformer", "cpu", max_updates=updates, overrides=[
         "log_every=0", "eval.max_sentences=1", "average_last=0"])
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
-        history = fit(config, PreparedDataset.open(dataset), Context(), LocalHooks(Path(directory)),
-                      log=lambda line: None)
+        prepared = PreparedDataset.open(dataset)
+        if cache == "in-memory":  # the split read whole into memory, the reader before the mapped one
+            prepared = dataclasses.replace(prepared, train=ds.read_examples(dataset, "train"))
+        history = fit(config, prepared, Context(), LocalHooks(Path(directory)), log=lambda line: None)
     last = history[-1]
-    return {"cache": "cold" if cold else "warm", "updates": updates, "wall_s": round(time.perf_counter() - began, 1),
+    return {"cache": cache, "updates": updates, "wall_s": round(time.perf_counter() - began, 1),
             "data_wait_share": round(last["data_wait_share"], 4), "tokens_per_s": round(last["tokens_per_s"])}
 
 
@@ -230,24 +239,26 @@ def run(pairs: int, work: Path, steps: list[str], emit) -> None:
     if "prepare" in steps or not dataset.exists():
         emit({"pairs": pairs, "step": "prepare", **measure_prepare(corpus, dataset)})
     if "worker" in steps:
-        for reader in ("mapped", "in-memory"):
+        for reader in ("mapped", "mapped-first", "in-memory"):
             emit({"pairs": pairs, "step": "worker", **in_fresh_process("worker", str(dataset), reader)})
     if "train" in steps:
-        for cache in ("cold", "warm"):
+        for cache in ("cold", "warm", "in-memory"):
             emit({"pairs": pairs, "step": "train", **in_fresh_process("train", str(dataset), cache)})
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
         kind, dataset, option = sys.argv[2:5]
-        result = worker_probe(dataset, option) if kind == "worker" else train_probe(dataset, option == "cold", 40)
+        result = worker_probe(dataset, option) if kind == "worker" else train_probe(dataset, option, 40)
         print(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, nargs="+", default=[1_000_000], help="corpus sizes (train pairs)")
-    parser.add_argument("--work", type=Path, required=True, help="where corpora and datasets are written (and kept)")
+    parser.add_argument("--work", type=Path, default=Path("scale-work"),
+                        help="where corpora and datasets are written (and kept)")
     parser.add_argument("--steps", nargs="+", default=["prepare", "worker", "train"],
                         choices=["prepare", "worker", "train"])
+    parser.add_argument("--dataset", help="measure worker and train on this prepared dataset (no corpus)")
     parser.add_argument("--out", help="append the JSON lines here too")
     args = parser.parse_args()
     os.environ.setdefault("NMT_DATA_CACHE", str(args.work / "node-cache"))
@@ -259,6 +270,12 @@ def main() -> None:
             with open(args.out, "a", encoding="utf-8") as handle:
                 handle.write(line + "\n")
 
+    if args.dataset:
+        for reader in ("mapped", "mapped-first", "in-memory"):
+            emit({"dataset": args.dataset, "step": "worker", **in_fresh_process("worker", args.dataset, reader)})
+        for cache in ("warm", "in-memory"):
+            emit({"dataset": args.dataset, "step": "train", **in_fresh_process("train", args.dataset, cache)})
+        return
     for pairs in args.pairs:
         run(pairs, args.work, args.steps, emit)
 
