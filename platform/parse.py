@@ -2,66 +2,43 @@
 
     python -m platform.parse --lang ja --in train.ja --out train.ja.conllu
     python -m platform.parse --lang en --in train.en --out train.en.conllu --spacy-model en_core_web_sm --pretokenized
+    python -m platform.parse --lang ja --in train.ja.gz --out train.ja.conllu.gz --address auto --workers 16
 
 One input line is one sentence and one tree: every token after the first gets
-``is_sent_start = False`` before the parser runs, so the parser cannot split the line.
-Japanese uses ``ja_ginza`` (the full pipeline, so labels carry no ``_bunsetu`` suffixes) and,
-by default, removes the spaces of pre-segmented input (GiNZA segments it again).  Lines are
-parsed in batches with ``nlp.pipe``.  The output appears only when every line was parsed.
-Unless ``--pretokenized``, the first sentence carries a ``# segmenter`` comment (the pipeline, its
-version, whether spaces were removed), which ``platform.prepare`` records so that
-``platform.translate`` and a served model segment raw input the same way.
+``is_sent_start = False`` before the parser runs, so the parser cannot split the line (a line of
+two sentences, 今日は晴れ。明日は雨。, is one tree).  Japanese uses ``ja_ginza`` (the full pipeline,
+so labels carry no ``_bunsetu`` suffixes) and, by default, removes the spaces of pre-segmented
+input (GiNZA segments it again).  Unless ``--pretokenized``, the first sentence carries a
+``# segmenter`` comment (the pipeline, its version, whether spaces were removed), which
+``platform.prepare`` records so that ``platform.translate`` and a served model segment raw input
+the same way.
+
+The input is checked before anything is parsed: a blank line (or one of whitespace only) or
+invalid UTF-8 is an error naming its line, and nothing is written.  Line ends may be LF or CRLF,
+and a UTF-8 byte-order mark is dropped.  Sentence ids are the line numbers, and ``# text`` is the
+line without its surrounding whitespace.
+
+The lines are parsed as a Ray job (``platform/data/parse_job.py``): shards of ``--shard-size``
+lines, each parsed by one of ``--workers`` actors in ``nlp.pipe`` batches of ``--batch-size``, and
+written to ``OUT.shards/`` as it is done.  The output is the same bytes whatever the number of
+workers.  Run again after a kill or a crash, the same command skips the shards already written
+for the same input and settings; ``OUT`` appears only when every shard is parsed, and
+``OUT.shards/`` is removed then.  Without ``--address`` the job runs on a local Ray cluster; with
+it, on that cluster (its nodes need the pipeline, not the input: the driver reads and writes
+every file).
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
-from tqdm import tqdm
-
-from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, segmenter_of, to_conllu
-from platform.data.storage import open_text_lines
-from platform.errors import InputError, UserError, run_cli
-
-
-def read_lines(path: str | Path, strip_spaces: bool) -> list[tuple[str, str]]:
-    """``(line as given, text for the parser)`` for every line; blank lines are errors."""
-    lines = []
-    for number, line in open_text_lines(path):
-        text = "".join(line.split()) if strip_spaces else " ".join(line.split())
-        if not text:
-            raise InputError(path, number, "empty line (every line must be one sentence)")
-        lines.append((line.strip(), text))
-    if not lines:
-        raise InputError(path, None, "no sentences (empty input)")
-    return lines
-
-
-def parse_file(nlp, source: str | Path, out: str | Path, *, strip_spaces: bool, pretokenized: bool,
-               batch_size: int = 256, progress: bool = True) -> int:
-    """Parse every line of ``source`` into CoNLL-U ``out`` (gzip if it ends in .gz); returns the count."""
-    lines = read_lines(source, strip_spaces)
-    out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    opener = gzip.open if out.suffix == ".gz" else open
-    try:
-        with opener(tmp, "wt", encoding="utf-8") as handle:
-            texts = [text for _, text in lines]
-            docs = nlp.pipe(one_tree_docs(nlp, texts, pretokenized), batch_size=batch_size)
-            parsed = tqdm(zip(lines, docs), total=len(lines), disable=not progress, unit="sent")
-            segmenter = None if pretokenized else segmenter_of(nlp, strip_spaces)  # words of the input's own
-            for number, ((line, _), doc) in enumerate(parsed, 1):
-                handle.write(to_conllu(doc, str(number), line, segmenter if number == 1 else None))
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return len(lines)
+from platform.data.parse_job import ParseConfig, parse_corpus
+from platform.data.parsing import DEFAULT_MODELS
+from platform.errors import UserError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pretokenized", action="store_true", help="keep the input's whitespace tokenization")
     parser.add_argument("--keep-spaces", action="store_true",
                         help="ja: keep spaces (default: remove them and let GiNZA segment)")
-    parser.add_argument("--batch-size", type=int, default=256, help="sentences per nlp.pipe batch (default 256)")
+    parser.add_argument("--batch-size", type=int, default=ParseConfig.batch_size,
+                        help=f"sentences per nlp.pipe batch (default {ParseConfig.batch_size})")
+    parser.add_argument("--shard-size", type=int, default=ParseConfig.shard_size,
+                        help=f"lines per shard, the unit of work and of resuming (default {ParseConfig.shard_size})")
+    parser.add_argument("--workers", type=int, help="parsing actors, one CPU each (default: the cluster's CPUs)")
+    parser.add_argument("--address", help="Ray cluster address (default: start a local one, or 'auto')")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
@@ -84,11 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = args.spacy_model or DEFAULT_MODELS.get(args.lang)
     if model is None:
         raise UserError(f"no default spaCy pipeline for {args.lang!r}; pass --spacy-model NAME")
-    strip_spaces = args.lang == "ja" and not args.keep_spaces and not args.pretokenized
-    nlp = load_pipeline(model)
-    count = parse_file(nlp, args.source, args.out, strip_spaces=strip_spaces, pretokenized=args.pretokenized,
-                       batch_size=args.batch_size, progress=not args.quiet and sys.stderr.isatty())
-    print(f"wrote {count} trees to {args.out}", file=sys.stderr)
+    config = ParseConfig(source=args.source, out=Path(args.out), model=model,
+                         strip_spaces=args.lang == "ja" and not args.keep_spaces and not args.pretokenized,
+                         pretokenized=args.pretokenized, batch_size=args.batch_size, shard_size=args.shard_size,
+                         workers=args.workers, address=args.address,
+                         progress=not args.quiet and sys.stderr.isatty())
+    result = parse_corpus(config, log=partial(print, file=sys.stderr))
+    print(f"wrote {result.sentences} trees to {args.out} in {result.wall_s:.1f} s ({result.shards} shards, "
+          f"{result.workers} workers, {result.skipped} skipped)", file=sys.stderr)
     return 0
 
 

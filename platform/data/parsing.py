@@ -26,10 +26,16 @@ PRE_SEGMENTED = "pre-segmented"  # words that arrived segmented (CoNLL-U from el
 Segmenter = dict[str, Any]  # {"pipeline": "ja_ginza", "version": "5.2.0", "strip_spaces": True}
 
 
-def segmenter_of(nlp, strip_spaces: bool) -> Segmenter:
-    """What ``parse_file`` segments with: the pipeline's package name and version."""
-    return {"pipeline": f"{nlp.meta['lang']}_{nlp.meta['name']}", "version": nlp.meta["version"],
-            "strip_spaces": strip_spaces}
+def segmenter_of(meta: dict[str, Any], strip_spaces: bool) -> Segmenter:
+    """What a pipeline with this ``meta`` (``nlp.meta`` or ``pipeline_meta``) segments with: its
+    package name and version."""
+    return {"pipeline": f"{meta['lang']}_{meta['name']}", "version": meta["version"], "strip_spaces": strip_spaces}
+
+
+def parser_text(line: str, strip_spaces: bool) -> str:
+    """What the parser reads of an input line: without spaces (GiNZA segments the text again),
+    or with its whitespace collapsed to single spaces."""
+    return "".join(line.split()) if strip_spaces else " ".join(line.split())
 
 
 def read_segmenter(path: str | Path) -> Segmenter | str:
@@ -58,21 +64,52 @@ def segmented(texts: list[str], segmenter: Segmenter) -> list[str]:
     if nlp.meta.get("version") != segmenter.get("version"):
         warnings.warn(f"the data was segmented with {segmenter['pipeline']} {segmenter.get('version')}, "
                       f"{nlp.meta.get('version')} is installed: words may differ", stacklevel=2)
-    lines = ["".join(text.split()) if segmenter.get("strip_spaces") else " ".join(text.split()) for text in texts]
+    lines = [parser_text(text, bool(segmenter.get("strip_spaces"))) for text in texts]
     docs = nlp.pipe(one_tree_docs(nlp, lines, pretokenized=False))
     return [to_conllu(doc, str(i), text) for i, (doc, text) in enumerate(zip(docs, lines))]
+
+
+def parse_lines(nlp, lines: list[str], first_id: int, *, strip_spaces: bool, pretokenized: bool, batch_size: int,
+                segmenter: Segmenter | None = None) -> str:
+    """CoNLL-U of consecutive input ``lines`` (as read, without their line ends), one tree each,
+    numbered from ``first_id``; ``segmenter`` is written on the first.  What ``platform.parse``
+    writes for a shard of its input."""
+    texts = [parser_text(line, strip_spaces) for line in lines]
+    docs = nlp.pipe(one_tree_docs(nlp, texts, pretokenized), batch_size=batch_size)
+    return "".join(to_conllu(doc, str(first_id + i), line.strip(), segmenter if i == 0 else None)
+                   for i, (line, doc) in enumerate(zip(lines, docs)))
+
+
+def pipeline_meta(name: str) -> dict[str, Any]:
+    """A pipeline's ``meta.json`` (lang, name, version), read without loading the pipeline:
+    what a parse job's workers must load, known before any of them starts."""
+    spacy = _spacy()
+    try:
+        path = Path(name) if Path(name).is_dir() else spacy.util.get_package_path(name)
+        return spacy.util.get_model_meta(path)
+    except (ImportError, OSError):
+        raise _not_installed(name) from None
 
 
 @cache
 def load_pipeline(name: str):
     try:
+        return _spacy().load(name)
+    except OSError:
+        raise _not_installed(name) from None
+
+
+def _spacy():
+    try:
         import spacy
+        import spacy.util
     except ImportError:
         raise UserError("spaCy is not installed: pip install -e '.[parse]'") from None
-    try:
-        return spacy.load(name)
-    except OSError:
-        raise UserError(f"spaCy pipeline {name!r} is not installed (for Japanese: pip install ja-ginza)") from None
+    return spacy
+
+
+def _not_installed(name: str) -> UserError:
+    return UserError(f"spaCy pipeline {name!r} is not installed (for Japanese: pip install ja-ginza)")
 
 
 def one_tree_docs(nlp, lines: Iterable[str], pretokenized: bool) -> Iterator:
