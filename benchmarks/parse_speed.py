@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
 
-from platform.data.parse_job import ParseConfig, parse_corpus  # noqa: E402 - after the path
 from platform.data.storage import open_text_lines  # noqa: E402
 from platform.launch.cluster import start_ray  # noqa: E402
+from platform.launch.parse_job import ParseConfig, parse_corpus  # noqa: E402 - after the path
 
 DATA = Path(os.environ.get("NMT_TEST_DATA") or ROOT.parent / "shared" / "data")
 

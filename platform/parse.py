@@ -18,7 +18,7 @@ invalid UTF-8 is an error naming its line, and nothing is written.  Line ends ma
 and a UTF-8 byte-order mark is dropped.  Sentence ids are the line numbers, and ``# text`` is the
 line without its surrounding whitespace.
 
-The lines are parsed as a Ray job (``platform/data/parse_job.py``): shards of ``--shard-size``
+The lines are parsed as a Ray job (``platform/launch/parse_job.py``): shards of ``--shard-size``
 lines, each parsed by one of ``--workers`` actors in ``nlp.pipe`` batches of ``--batch-size``, and
 written to ``OUT.shards/`` as it is done.  The output is the same bytes whatever the number of
 workers.  Run again after a kill or a crash, the same command skips the shards already written
@@ -36,9 +36,9 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from platform.data.parse_job import ParseConfig, parse_corpus
 from platform.data.parsing import DEFAULT_MODELS
 from platform.errors import UserError, run_cli
+from platform.launch.parse_job import ParseConfig, parse_corpus
 
 
 def build_parser() -> argparse.ArgumentParser:

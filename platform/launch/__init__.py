@@ -1,4 +1,4 @@
-"""Running training on Ray: the cluster, one Ray Train run, and Tune sweeps.
+"""Running jobs on Ray: the cluster, one Ray Train run, Tune sweeps, and parsing.
 
 The cluster and one training run (``python -m platform.train``):
 
@@ -25,4 +25,8 @@ A sweep (``python -m platform.tune``):
 - ``confirm``: ``--confirm``, the best configs and the baseline retrained with seeds and tested on test.
 - ``continuation``: ``--extend`` (more trials in a finished sweep) and ``--warm-start-from`` (an
   earlier sweep's trials told to a new sweep's study).
+
+Parsing (``python -m platform.parse``):
+
+- ``parse_job``: raw text parsed by a pool of actors, shard by shard, resumable.
 """
