@@ -266,6 +266,9 @@ def main() -> None:
     parser.add_argument("--dataset", help="measure worker and train on this prepared dataset (no corpus)")
     parser.add_argument("--out", help="append the JSON lines here too")
     args = parser.parse_args()
+    args.work = args.work.resolve()  # the probes run from the repository root
+    if args.dataset:
+        args.dataset = str(Path(args.dataset).resolve())
     os.environ.setdefault("NMT_DATA_CACHE", str(args.work / "node-cache"))
 
     def emit(record: dict) -> None:

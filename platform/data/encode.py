@@ -78,9 +78,10 @@ def read_pairs(files: tuple[str, str], config: PrepareConfig) -> Iterator[Pair]:
             extra = src if tgt is None else tgt
             if count == 0:
                 raise InputError(files[shorter], None, "no sentences (empty input)")
-            total = count + 1 + sum(1 for _ in sides[longer])
-            raise InputError(files[longer], extra.line, f"sentence counts differ: {files[longer]} has {total}, "
-                                                        f"{files[shorter]} has {count}")
+            totals = [count, count]
+            totals[longer] += 1 + sum(1 for _ in sides[longer])
+            raise InputError(files[longer], extra.line, f"sentence counts differ: {files[0]} has {totals[0]}, "
+                                                        f"{files[1]} has {totals[1]}")
         count += 1
         yield src, tgt
     if count == 0:
@@ -205,7 +206,7 @@ def prepare(
     check_output(out, overwrite)
     started = time.perf_counter()
     files = {split: pair_files(prefix, config) for split, prefix in prefixes.items()}
-    for split in files.keys() - {"train"}:  # small: checked whole before the long work
+    for split in [split for split in files if split != "train"]:  # small: checked whole before the long work
         for _ in read_pairs(files[split], config):
             pass
     tmp = atomic.temporary_sibling(out)

@@ -19,8 +19,10 @@ The copy keeps what training reads and nothing else:
 - no texts: the train split's texts are never read (dev and test stay in memory with theirs).
 
 A copy is named by a hash of the dataset's metadata and its train file's size, so a dataset
-prepared again gets a new one; it appears by an atomic rename, built under a file lock by one
-worker while the node's others wait.  Copies are not removed: delete the cache directory to
+prepared again gets a new one; it appears by an atomic rename (synced first), built under a file
+lock by one worker while the node's others wait; a copy a crash left short is made again.  The
+cache belongs on a node-local disk: a directory shared between hosts relies on their file
+locks working across hosts.  Copies are not removed: delete the cache directory to
 reclaim the disk (about 10 bytes per subword of the train split).
 """
 
@@ -31,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from platform import atomic
 from platform.data import storage
 from platform.data.batch import LIST_COLUMNS
 from platform.data.examples import Examples
@@ -73,7 +77,8 @@ def node_local_train(directory: str, meta: dict[str, Any], log=lambda message: N
     try:
         root.mkdir(parents=True, exist_ok=True)
         with _locked(root / f"{target.name}.lock"):
-            if not (target / MANIFEST).exists():
+            if not _complete(target):
+                shutil.rmtree(target, ignore_errors=True)  # a copy a crash left short: made again
                 started = time.perf_counter()
                 convert(source, target, dtypes_for(meta))
                 size = sum(p.stat().st_size for p in target.iterdir())
@@ -83,6 +88,16 @@ def node_local_train(directory: str, meta: dict[str, Any], log=lambda message: N
         raise UserError(f"{root}: cannot keep this node's copy of the train split ({error.strerror or error}); "
                         f"set {CACHE_ENV} to a writable directory with room") from None
     return MappedExamples(target, name=source.uri)
+
+
+def _complete(target: Path) -> bool:
+    """Whether ``target`` holds a whole copy: its manifest, and every array at its full size."""
+    try:
+        manifest = json.loads((target / MANIFEST).read_text())
+        return all((target / f"{key}.bin").stat().st_size == np.dtype(dtype).itemsize * count
+                   for key, (dtype, count) in manifest["arrays"].items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def copy_name(source: storage.Location, meta: dict[str, Any]) -> str:
@@ -124,27 +139,47 @@ def _locked(path: Path) -> Iterator[None]:
 def convert(source: storage.Location, target: Path, dtypes: dict[str, np.dtype]) -> None:
     """Write ``source`` (a train.parquet) as the flat arrays of ``MappedExamples`` at ``target``,
     ``ROWS_PER_READ`` rows at a time; ``target`` appears only when complete."""
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):  # a conversion killed midway (we hold the lock)
+    host = socket.gethostname()
+    for stale in target.parent.glob(f".{target.name}.tmp-{host}-*"):  # this host's, killed midway (we hold the lock)
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp = target.with_name(f".{target.name}.tmp-{host}-{os.getpid()}")
     tmp.mkdir()
     try:
         arrays = _Arrays(tmp, dtypes)
-        try:
-            parquet = pq.ParquetFile(source.fs.open_input_file(source.path))
-        except (OSError, pa.ArrowInvalid) as error:
-            raise UserError(f"{source}: cannot read: {error}") from None
-        rows = 0
-        for batch in parquet.iter_batches(batch_size=ROWS_PER_READ, columns=list(LIST_COLUMNS)):
-            _append(batch, arrays, str(source), rows)
-            rows += batch.num_rows
+        rows = _convert_rows(source, arrays)
         arrays.close()
-        (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "rows": rows, "source": str(source),
-                                                "arrays": arrays.described()}, indent=2) + "\n")
-        os.rename(tmp, target)
+        manifest = json.dumps({"format": FORMAT, "rows": rows, "source": str(source), "arrays": arrays.described()})
+        with open(tmp / MANIFEST, "w") as handle:
+            handle.write(manifest + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        atomic.fsync_directory(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not _complete(target):  # another host made it meanwhile (a cache shared without working locks)
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+        atomic.fsync_directory(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _convert_rows(source: storage.Location, arrays: _Arrays) -> int:
+    """Every row of ``source`` appended to ``arrays``; a file that cannot be read is one line naming it."""
+    rows = 0
+    try:
+        with source.fs.open_input_file(source.path) as handle:
+            parquet = pq.ParquetFile(handle)
+            for batch in parquet.iter_batches(batch_size=ROWS_PER_READ, columns=list(LIST_COLUMNS)):
+                _append(batch, arrays, str(source), rows)
+                rows += batch.num_rows
+    except (OSError, pa.ArrowInvalid) as error:
+        if getattr(error, "filename", None) is not None:  # the copy's own file (disk full): said by the caller
+            raise
+        raise UserError(f"{source}: cannot read: {storage.first_line(error)}") from None
+    return rows
 
 
 def _append(batch: pa.RecordBatch, arrays: _Arrays, source: str, first_row: int) -> None:
@@ -196,6 +231,8 @@ class _Arrays:
 
     def close(self) -> None:
         for handle in self.handles.values():
+            handle.flush()
+            os.fsync(handle.fileno())
             handle.close()
 
     def described(self) -> dict[str, list]:
@@ -222,4 +259,5 @@ class MappedExamples(Examples):
 def _map(path: Path, dtype: str, count: int) -> np.ndarray:
     if count == 0:  # mmap cannot map an empty file
         return np.empty(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+    # a plain ndarray over the mapping (no copy): slicing a memmap subclass costs twice as much
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r", shape=(count,)))

@@ -78,7 +78,7 @@ class Location:
         try:
             return bool(self.fs.get_file_info(FileSelector(self.path, allow_not_found=True)))
         except OSError as error:
-            raise UserError(f"{self}: cannot list: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot list: {first_line(error)}") from None
 
     def read_bytes(self) -> bytes:
         try:
@@ -89,14 +89,14 @@ class Location:
         except OSError as error:
             if "not found" in str(error).lower() or "no such" in str(error).lower():
                 raise FileNotFoundError(str(self)) from None
-            raise UserError(f"{self}: cannot read: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot read: {first_line(error)}") from None
 
     def write_bytes(self, data: bytes) -> None:
         try:
             with self.fs.open_output_stream(self.path, compression=None) as stream:
                 stream.write(data)
         except OSError as error:
-            raise UserError(f"{self}: cannot write: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot write: {first_line(error)}") from None
 
     def write_bytes_atomically(self, data: bytes) -> None:
         """Write so that a reader sees the old file or the whole new one: a local file is
@@ -115,7 +115,7 @@ class Location:
         try:
             found = self.fs.get_file_info(FileSelector(self.path, allow_not_found=True))
         except OSError as error:
-            raise UserError(f"{self}: cannot list: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot list: {first_line(error)}") from None
         return [info.base_name for info in found if info.type == FileType.File]
 
     def delete(self) -> None:
@@ -126,13 +126,13 @@ class Location:
             elif self.exists():
                 self.fs.delete_file(self.path)
         except OSError as error:
-            raise UserError(f"{self}: cannot delete: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot delete: {first_line(error)}") from None
 
     def _info(self):
         try:
             return self.fs.get_file_info(self.path)
         except OSError as error:
-            raise UserError(f"{self}: cannot open: {_first_line(error)}") from None
+            raise UserError(f"{self}: cannot open: {first_line(error)}") from None
 
 
 def locate(location: str | Path) -> Location:
@@ -149,7 +149,7 @@ def locate(location: str | Path) -> Location:
     try:
         fs, path = _open(text, _aws_settings())
     except (ValueError, OSError, TypeError) as error:  # ArrowInvalid is a ValueError
-        raise UserError(f"{base}: cannot open this location: {_first_line(error)}") from None
+        raise UserError(f"{base}: cannot open this location: {first_line(error)}") from None
     return Location(fs, path.rstrip("/"), f"{base.rstrip('/')}{mark}{options}")
 
 
@@ -216,7 +216,7 @@ def publish(local_dir: str | Path, destination: str | Path, *, overwrite: bool =
             digest.update(relative.encode() + b"\0" + file_digest)
             total += info.size
     except OSError as error:
-        raise UserError(f"{target}: cannot write: {_first_line(error)}") from None
+        raise UserError(f"{target}: cannot write: {first_line(error)}") from None
     marker = {"files": len(files), "bytes": total, "sha256": digest.hexdigest()}
     target.child(COMMITTED).write_bytes((json.dumps(marker) + "\n").encode())
     log(f"wrote {target}: {len(files)} files, {total / 1e6:.1f} MB")
@@ -244,7 +244,7 @@ def _copy_chunks(source, write, chunk_size: int = 1 << 22) -> bytes:
     return digest.digest()
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
 
@@ -305,7 +305,7 @@ def _open_binary(name: str):
         except OSError as error:
             if not location.exists():
                 raise FileNotFoundError(name) from None
-            raise InputError(name, None, f"cannot read: {_first_line(error)}") from None
+            raise InputError(name, None, f"cannot read: {first_line(error)}") from None
     return open(name, "rb")
 
 

@@ -31,7 +31,9 @@ class SubwordConfig:
     model_type: Literal["bpe", "unigram"] = "bpe"
     character_coverage: float = 1.0  # < 1 maps the rarest characters to <unk> (or bytes); 0.9995 suits CJK
     byte_fallback: bool = False  # spell unknown characters as UTF-8 bytes instead of <unk>
-    num_threads: int | None = None  # None: every core of the machine (the learned model does not depend on it)
+    # None: every core this process may use; a BPE model does not depend on it, a unigram model's
+    # scores do, slightly (pin it to compare unigram models across machines)
+    num_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.vocab_size < 8:
@@ -83,7 +85,7 @@ def _train(path: Path, config: SubwordConfig, model: io.BytesIO) -> None:
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
-        num_threads=config.num_threads or os.cpu_count() or 1,
+        num_threads=config.num_threads or len(os.sched_getaffinity(0)),
         max_sentence_length=1 << 16,
         input_sentence_size=0,  # every word
         minloglevel=2,

@@ -60,7 +60,7 @@ def test_the_mapped_split_gives_exactly_the_batches_of_the_split_in_memory(demo_
 
 def test_the_copy_is_compact_and_holds_no_text(demo_dataset, cache):
     examples = open_mapped(demo_dataset)
-    assert isinstance(examples.values["src_ids"], np.memmap)
+    assert isinstance(examples.values["src_ids"].base, np.memmap)  # a plain array over the mapping
     assert examples.values["src_ids"].dtype == np.uint16 and examples.values["src_heads"].dtype == np.int16
     assert examples.offsets["src_ids"] is examples.offsets["src_depth"]  # a side's columns share their offsets
     assert not hasattr(examples, "texts")
@@ -154,3 +154,25 @@ def test_a_cache_directory_that_cannot_be_written_is_one_clear_error(demo_datase
     monkeypatch.setenv(mapped.CACHE_ENV, str(blocked / "cache"))
     with pytest.raises(UserError, match=f"{blocked / 'cache'}: cannot keep this node's copy .* set NMT_DATA_CACHE"):
         open_mapped(demo_dataset)
+
+
+def test_a_copy_a_crash_left_short_is_made_again(demo_dataset, cache):
+    first = open_mapped(demo_dataset).directory
+    (first / "src_ids.bin").write_bytes(b"")  # what a crash before the data reached the disk can leave
+    again = open_mapped(demo_dataset)
+    assert again.directory == first and len(again) == len(ds.read_examples(demo_dataset, "train"))
+    assert again.values["src_ids"].nbytes == (first / "src_ids.bin").stat().st_size > 0
+
+
+def test_an_unreadable_train_file_is_one_line_naming_it(demo_dataset, cache, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(demo_dataset, broken)
+    data = bytearray((broken / "train.parquet").read_bytes())
+    data[100:4000] = bytes(len(data[100:4000]))
+    (broken / "train.parquet").write_bytes(bytes(data))
+    with pytest.raises(UserError) as raised:
+        open_mapped(broken)
+    assert str(raised.value).startswith(f"{broken / 'train.parquet'}: cannot read: ") and "\n" not in str(raised.value)
+    assert not [p for p in cache.iterdir() if p.is_dir()]
