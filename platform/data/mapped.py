@@ -147,6 +147,7 @@ def convert(source: storage.Location, target: Path, dtypes: dict[str, np.dtype])
     try:
         arrays = _Arrays(tmp, dtypes)
         rows = _convert_rows(source, arrays)
+        pa.default_memory_pool().release_unused()  # the reader's buffers: Arrow's allocator keeps them otherwise
         arrays.close()
         manifest = json.dumps({"format": FORMAT, "rows": rows, "source": str(source), "arrays": arrays.described()})
         with open(tmp / MANIFEST, "w") as handle:
