@@ -117,19 +117,32 @@ def joined_conllu(blocks: list[str], sent_id: str) -> str:
 # ----------------------------------------------------------------------------- measurements
 
 
+# ``platform.prepare`` run in a process that reports its own peak: ``VmHWM`` counts from the exec,
+# where a parent's ``wait4`` rusage would include the memory it forked the child with
+PEAK_REPORTING = (
+    "import runpy, sys\n"
+    "sys.argv = ['platform.prepare', *sys.argv[1:]]\n"
+    "try:\n"
+    "    runpy.run_module('platform.prepare', run_name='__main__')\n"
+    "finally:\n"
+    "    peak = [line for line in open('/proc/self/status') if line.startswith('VmHWM:')][0].split()[1]\n"
+    "    print(f'VmHWM {peak}', file=sys.stderr)\n"
+)
+
+
 def measure_prepare(corpus: Path, out: Path) -> dict:
     """``platform.prepare`` of the corpus, in its own process: wall time and peak RSS."""
     import shutil
 
     shutil.rmtree(out, ignore_errors=True)
     began = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "platform.prepare", "--train", corpus / "train",
-                                "--dev", corpus / "dev", "--test", corpus / "test", "--src", SRC, "--tgt", TGT,
-                                "--out", out, "--quiet"], cwd=ROOT)
-    _, status, usage = os.wait4(process.pid, 0)
-    if status:
-        raise SystemExit(f"platform.prepare failed with status {status}")
-    return {"wall_s": round(time.perf_counter() - began, 1), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    result = subprocess.run([sys.executable, "-c", PEAK_REPORTING, "--train", corpus / "train", "--dev", corpus / "dev",
+                             "--test", corpus / "test", "--src", SRC, "--tgt", TGT, "--out", out, "--quiet"],
+                            cwd=ROOT, capture_output=True, text=True)
+    if result.returncode:
+        raise SystemExit(f"platform.prepare failed with status {result.returncode}:\n{result.stderr[-3000:]}")
+    peak_kb = int(result.stderr.strip().splitlines()[-1].split()[1])
+    return {"wall_s": round(time.perf_counter() - began, 1), "peak_rss_mb": round(peak_kb / 1024, 1)}
 
 
 def rss_anon() -> int:
