@@ -122,3 +122,27 @@ def recover_directory(out: Path) -> None:
     if old.is_dir() and not out.exists():
         old.rename(out)
         print(f"restored {out} from an interrupted replacement", file=sys.stderr)
+
+
+def owned_scratch(prefix: str) -> Path:
+    """A new temporary directory named after this process (``<prefix><pid>-XXXX``), made after
+    removing the ones of the same prefix whose process is gone: a SIGKILLed worker's (which no
+    ``finally`` cleaned) would otherwise stay, a best checkpoint each, until a long sweep fills
+    the disk."""
+    import tempfile
+
+    for stale in Path(tempfile.gettempdir()).glob(f"{prefix}*-*"):
+        pid = stale.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

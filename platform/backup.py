@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from platform.errors import UserError, run_cli
-from platform.launch.study import shown_url
+from platform.redaction import redact
 from platform.tracking.backup import backup
 
 
@@ -37,17 +37,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("--every must be positive")
     if args.every is None:
         for database in args.database:
-            print(f"backed up {shown_url(database)} to {backup(database, args.to, args.keep, args.pg_dump)}",
+            print(f"backed up {redact(database)} to {backup(database, args.to, args.keep, args.pg_dump)}",
                   file=sys.stderr)
         return 0
     while True:  # a failed backup (the database or the bucket away for a moment) is said, and tried again
         for database in args.database:
             try:
                 made = backup(database, args.to, keep=args.keep, pg_dump=args.pg_dump)
-                print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} backed up {shown_url(database)} to {made}",
+                print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} backed up {redact(database)} to {made}",
                       file=sys.stderr, flush=True)
             except UserError as error:
-                print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} backup of {shown_url(database)} failed, next try in "
+                print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} backup of {redact(database)} failed, next try in "
                       f"{args.every:g} s: {error}", file=sys.stderr, flush=True)
         time.sleep(args.every)
 

@@ -29,9 +29,18 @@ class ConfigError(UserError):
     """An invalid configuration key or value."""
 
 
-def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> None:
+def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None, *,
+            data_on_stdout: bool = False) -> None:
     """Run ``main(argv)`` and exit: 0 on success, 2 with a one-line message on a user error,
-    130 on Ctrl-C, 141 (quietly) when the reader of its output went away."""
+    130 on Ctrl-C, 141 (quietly) when the reader of its output went away.
+
+    What the command shows passes through ``redaction.redact``: stderr always, stdout too unless
+    it carries the command's data (``data_on_stdout``: translations), which stays as is."""
+    from platform.redaction import RedactingStream
+
+    sys.stderr = RedactingStream(sys.stderr)
+    if not data_on_stdout:
+        sys.stdout = RedactingStream(sys.stdout)
     try:
         status = main(argv)
     except UserError as error:

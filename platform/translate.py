@@ -218,4 +218,4 @@ def nbest_lines(trained: Trained, sentences: list, first: int, args) -> str:
 
 
 if __name__ == "__main__":
-    run_cli(main)
+    run_cli(main, data_on_stdout=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -30,10 +31,18 @@ OWN_CLUSTER_FIXTURES = {"own_cluster", "own_module_cluster"}
 
 def pytest_configure(config):
     """The environment every Ray the tests start inherits, as a user's shell would export it
-    (a fake secret among it: no log, param or artifact may ever show it)."""
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    (a fake secret among it: no log, param or artifact may ever show it).
+
+    Ray runs as it does for a user by default: token authentication on, every process that
+    joins presenting the session's token (its own file, not the user's ``~/.ray/auth_token``)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ[SECRET_VARIABLE] = SECRET
+    if "RAY_AUTH_MODE" not in os.environ:
+        token = Path(tempfile.mkdtemp(prefix="nmt-ray-auth-")) / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+        os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
+        config._nmt_ray_token = token
     if not os.environ.get("NMT_DATA_CACHE"):  # the workers' node-local train copies: this run's own
         cache = tempfile.mkdtemp(prefix="nmt-data-cache-")
         os.environ["NMT_DATA_CACHE"] = cache
@@ -44,6 +53,9 @@ def pytest_unconfigure(config):
     cache = getattr(config, "_nmt_data_cache", None)
     if cache is not None:
         shutil.rmtree(cache, ignore_errors=True)
+    token = getattr(config, "_nmt_ray_token", None)
+    if token is not None:
+        shutil.rmtree(token.parent, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):

@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -287,3 +288,108 @@ def run_in_process(main, args, capsys, monkeypatch=None, stdin: str | None = Non
         run_cli(main, argv)
     captured = capsys.readouterr()
     return subprocess.CompletedProcess(argv, exited.value.code or 0, captured.out, captured.err)
+
+
+LOOPBACK = ("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:")  # how ``ss`` shows a loopback address
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below ``root`` (from /proc: Ray's GCS, raylet and agents are children of
+    the process that started the cluster, its workers children of the raylet)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:  # ended meanwhile
+                continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def listening(pids: set[int]) -> list[tuple[str, str]]:
+    """(local address, process) of every listening TCP socket owned by one of ``pids``, from ``ss``."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        owners = {int(part.split("=")[1]) for part in line.replace(",", " ").replace(")", " ").split()
+                  if part.startswith("pid=")}
+        if owners & pids:
+            found.append((fields[3], line.split("users:")[-1]))
+    return found
+
+
+def processes_naming(marker: str) -> set[int]:
+    """Every process whose command line names ``marker`` (a cluster's ``--temp-dir``: every Ray
+    process of its nodes on this machine does), and all their children."""
+    import psutil
+
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any(marker in argument for argument in process.info["cmdline"] or []):
+                found.add(process.pid)
+                found.update(child.pid for child in process.children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+class ListenerWatch:
+    """Samples, every ``every`` seconds until ``stop``, the listening TCP sockets of this process's
+    descendants and of every process that names one of ``markers`` (a cluster's temporary
+    directory); ``exposed()`` lists those seen on an address other than loopback."""
+
+    def __init__(self, *markers: str, every: float = 1.0):
+        self.markers, self.every = markers, every
+        self.seen: set[tuple[str, str]] = set()
+        self.samples, self.errors = 0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self) -> ListenerWatch:
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            try:
+                pids = descendants(os.getpid())
+                for marker in self.markers:
+                    pids |= processes_naming(marker)
+                self.seen.update(listening(pids))
+                self.samples += 1
+            except Exception as error:  # noqa: BLE001 - said by exposed(): a watch that stopped looking proves nothing
+                self.errors.append(repr(error))
+            self._stop.wait(self.every)
+
+    def stop(self) -> ListenerWatch:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        return self
+
+    def exposed(self) -> list[tuple[str, str]]:
+        """Every listener seen beyond loopback; the sampling itself must have worked throughout."""
+        assert self.samples > 0 and len(self.errors) <= max(1, self.samples // 20), self.errors[-5:]
+        return sorted((address, owner) for address, owner in self.seen if not address.startswith(LOOPBACK))
+
+
+def worker_may_write(key: str) -> bool:
+    """Whether ``cluster/worker-role-policy.json`` lets a worker node write ``key`` of the
+    bucket (IAM's rule: an explicit Deny wins; ``*`` matches any characters, ``/`` included)."""
+    import fnmatch
+
+    policy = json.loads((ROOT / "cluster" / "worker-role-policy.json").read_text())
+    arn = f"arn:aws:s3:::CHANGE-ME-bucket/{key}"
+
+    def matches(statement) -> bool:
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        return "s3:PutObject" in statement["Action"] and any(fnmatch.fnmatchcase(arn, r) for r in resources)
+
+    effects = {statement["Effect"] for statement in policy["Statement"] if matches(statement)}
+    return effects == {"Allow"}

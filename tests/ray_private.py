@@ -8,6 +8,8 @@
 - ``ray.train.v2._internal.state.state_actor.get_state_actor``: the ranks' pids of a running
   Train run, to kill one on purpose.
 - ``ASHAScheduler._brackets[0]._rungs``: the rungs, for the tests of a resumed sweep.
+- ``ray._private.services.resolve_ip_for_localhost``: kept from replacing a loopback node
+  address by the machine's network address in the suite's ``ray start`` (``ray_command``).
 
 ``tests/test_compat.py`` keeps every other test module off private APIs.
 """
@@ -77,3 +79,26 @@ def asha_rungs(scheduler) -> list[tuple[float, dict]]:
     """ASHA's first bracket's rungs: (milestone, {trial id: value})."""
     return scheduler._brackets[0]._rungs
 
+
+
+# ``ray``'s CLI with every node on loopback.  Ray 2.60 turns ``--node-ip-address=127.0.0.1`` and
+# ``--address=127.0.0.1:PORT`` into the machine's network address (``resolve_ip_for_localhost``:
+# what a real multi-node cluster needs), so a cluster of several nodes on one machine would
+# listen on that address.  Here the address stays as given: the raylet, the GCS, the agents and
+# the workers the raylet starts (it hands them its node address) all bind 127.0.0.1.
+LOOPBACK_RAY = """
+import sys
+from ray._private import services
+services.resolve_ip_for_localhost = lambda host: host
+from ray.scripts.scripts import main
+sys.argv[0] = "ray"
+sys.exit(main())
+"""
+
+
+def ray_command(*args: str) -> list[str]:
+    """``ray ARGS`` for a node of a test's multi-node cluster on this machine, on 127.0.0.1 only
+    (``--node-ip-address=127.0.0.1`` is added)."""
+    import sys
+
+    return [sys.executable, "-c", LOOPBACK_RAY, *args, "--node-ip-address=127.0.0.1"]

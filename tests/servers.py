@@ -74,8 +74,9 @@ class MlflowOutage:
 
     EXPERIMENT = "outage"
 
-    def __init__(self, directory: Path, seconds: float = 20.0, backend: str | None = None):
+    def __init__(self, directory: Path, seconds: float = 20.0, backend: str | None = None, when=None):
         self.server, self.seconds = MlflowServer(directory, backend=backend), seconds
+        self.when = when  # the runs (search_runs) -> bool on which it goes down; default: epoch 1 logged
         self.times: list[float] = []  # when it went down, when it came back
         self.failures: list[BaseException] = []
         self.thread = None
@@ -103,7 +104,9 @@ class MlflowOutage:
         client = MlflowClient(self.uri)
         experiment = client.get_experiment_by_name(self.EXPERIMENT)
         found = client.search_runs([experiment.experiment_id]) if experiment else []
-        return bool(found) and "dev_bleu" in found[0].data.metrics
+        if self.when is not None:
+            return self.when(found)
+        return any("dev_bleu" in run.data.metrics for run in found)  # one run, or a sweep's first trial
 
     def _kill_and_restart(self) -> None:
         try:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT, free_port, run_in_process, run_module, tiny_config
+from helpers import ROOT, free_port, run_in_process, run_module, tiny_config, wait_for
 from servers import MlflowServer
 
 from platform import config as config_io
@@ -186,6 +186,40 @@ def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(tmp_path
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert "cannot reach the MLflow tracking server" in one_line_error(result)
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no data/demo, no runs/, no mlflow.db
+
+
+def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_could_not_log(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """After a failed send the logger queues new calls without a try for ``RETRY_AFTER_S``, then
+    asks the server's ``/health`` before it sends again, so a server still down at the end costs
+    seconds, not MLflow's minutes of retries; ``close`` then names every call it could not log,
+    in order, on stderr and in what it returns."""
+    from platform.tracking import runs
+    from platform.tracking.logger import RunLogger
+
+    server = MlflowServer(tmp_path)
+    server.start()
+    try:
+        run_id = runs.start_run(server.uri, "ending", "r", {}, {}, "")
+        logger = RunLogger(server.uri, run_id)
+        assert logger.drain(60)
+        server.stop()
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the first failure, at once
+        logger.metrics({"dev_bleu": 5.0}, step=5)
+        wait_for(lambda: "MLflow unreachable" in capsys.readouterr().err, 60, "the first failed send")
+        monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")  # MLflow's own retries again: minutes a call
+        logger.tag("best_epoch", "5")
+        time.sleep(3)  # within RETRY_AFTER_S of the failure a new call is queued, not sent nor probed
+        assert "unreachable" not in capsys.readouterr().err and logger.pending[-1][0] == "tag best_epoch"
+        monkeypatch.setattr(RunLogger, "CLOSE_WAIT_S", 2.0)
+        began = time.monotonic()
+        assert logger.close() == ["metrics of step 5", "tag best_epoch"]
+        assert time.monotonic() - began < 30  # the health check said down: MLflow was not asked
+        err = capsys.readouterr().err
+        assert f"MLflow stayed unreachable: not logged to run {run_id}: metrics of step 5, tag best_epoch" in err
+    finally:
+        if server.process.poll() is None:
+            server.stop()
 
 
 def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, monkeypatch):
@@ -437,11 +471,75 @@ def test_local_services_listen_on_127_0_0_1_only():
     cluster = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     head = " ".join(cluster["head_start_ray_commands"])
     assert "--dashboard-host=127.0.0.1" in head and "--host 127.0.0.1 --port 5000" in head
-    # AWS: Ray's own security group (SSH from outside, everything else only inside the group);
-    # a custom group would have to be checked by hand, so there must be none
+    # AWS: the user's security group (tests/test_cluster_file.py: SSH from their CIDR only)
     provider = cluster["provider"]
     assert provider["type"] == "aws" and "security_group" not in provider
-    # Ray's token authentication is left as Ray sets it: nothing outside the tests turns it off
+    # Ray's token authentication: the platform never turns it off, the cluster file turns it on
     setters = [path for path in (ROOT / "platform").rglob("*.py") if "RAY_AUTH_MODE" in path.read_text()]
-    assert not setters and "RAY_AUTH_MODE" not in (ROOT / "ray_cluster.yaml").read_text()
-    assert "SecurityGroupIds" not in str(cluster["available_node_types"])
+    assert not setters and "RAY_AUTH_MODE=disabled" not in (ROOT / "ray_cluster.yaml").read_text()
+
+
+def test_a_pg_dump_that_hangs_is_a_one_line_error_the_backup_loop_survives(tmp_path):
+    """The backup loop catches user errors and tries again later; a hung ``pg_dump`` is one."""
+    from platform.errors import UserError
+    from platform.tracking.backup import dump
+
+    hung = tmp_path / "pg_dump"
+    hung.write_text("#!/bin/sh\nsleep 30\n")
+    hung.chmod(0o755)
+    with pytest.raises(UserError, match="pg_dump: no dump after 0.5 s"):
+        dump("postgresql://nmt@127.0.0.1:5432/mlflow", str(hung), timeout=0.5)
+
+
+def test_a_killed_processs_scratch_directories_go_with_the_next_ones_and_no_other(tmp_path, monkeypatch):
+    """``atomic.owned_scratch``: a directory whose process is gone (SIGKILLed: no ``finally``
+    ran) is removed when the next one is made; a live process's, and other names, stay."""
+    import tempfile
+
+    from platform.atomic import owned_scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead_dir = tmp_path / f"nmt-worker-{gone.pid}-abc"
+        live_dir = tmp_path / f"nmt-worker-{alive.pid}-def"
+        other = tmp_path / f"nmt-ckpt-{gone.pid}-ghi"
+        for directory in (dead_dir, live_dir, other):
+            (directory / "best").mkdir(parents=True)
+        made = owned_scratch("nmt-worker-")
+        assert made.name.startswith(f"nmt-worker-{os.getpid()}-") and made.is_dir()
+        assert not dead_dir.exists() and live_dir.is_dir() and other.is_dir()
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+RUN_CLI = """
+import sys
+from platform.errors import UserError, run_cli
+
+def main(argv):
+    kind = sys.argv[1]
+    if kind == "user":
+        raise UserError("bad flag")
+    if kind == "os":
+        raise PermissionError(13, "Permission denied", "/out/test.hyp")
+    if kind == "interrupt":
+        raise KeyboardInterrupt
+    return 0
+
+run_cli(main)
+"""
+
+
+@pytest.mark.parametrize("kind,status,line", [("user", 2, "error: bad flag"),
+                                              ("os", 1, "error: /out/test.hyp: Permission denied"),
+                                              ("interrupt", 130, "interrupted"), ("fine", 0, "")])
+def test_every_command_exits_with_the_status_of_what_ended_it(kind, status, line):
+    """``run_cli``, through which every command runs: 2 for a user error, 1 for the environment
+    (an OSError), 130 for Ctrl-C, each with one line and no traceback; 0 otherwise."""
+    result = subprocess.run([sys.executable, "-c", RUN_CLI, kind], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == status and result.stderr.strip() == line, result.stderr

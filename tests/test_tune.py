@@ -131,6 +131,24 @@ def extend_then_warm_start(demo_dataset, tmp_path, capsys, parent, children):
     assert len(carried) == len(children) + 2 and len(warm.trials) == len(carried) + 1
     assert sorted(t.user_attrs["warm_start_trial"] for t in carried) == list(range(len(children) + 2))
     assert [t.values for t in carried] == [t.values for t in study.trials]
+    workers_cannot_write_what_resume_unpickles(tmp_path / "runs")
+
+
+TUNE_STATE = ("experiment_state-", "search_gen_state-", "basic-variant-state-", "searcher-state-")
+
+
+def workers_cannot_write_what_resume_unpickles(runs: Path) -> None:
+    """Every file three real sweeps wrote, as keys under the cluster's storage: what ``--resume``
+    and ``--extend`` unpickle (Tune's state: pickles, and JSON with pickled fallbacks) is denied
+    to the worker role; what Train workers write (checkpoints, kept weights) is allowed."""
+    from helpers import worker_may_write
+
+    files = [path.relative_to(runs).as_posix() for path in runs.rglob("*") if path.is_file()]
+    unpickled = [f for f in files if f.endswith(".pkl") or Path(f).name.startswith(TUNE_STATE)]
+    written_by_workers = [f for f in files if "/checkpoint_" in f or "/kept/" in f]
+    assert unpickled and written_by_workers, files
+    assert not [f for f in unpickled if worker_may_write(f"syntax-nmt/ray/{f}")]
+    assert all(worker_may_write(f"syntax-nmt/ray/{f}") for f in written_by_workers)
 
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.launch.summary import trial_status
+from platform.redaction import RedactingFormatter, redact
 from platform.tracking.tables import format_table, number
 from platform.training.metrics import SHOWN, shown
 
@@ -37,7 +38,7 @@ def quiet_logging(log_file: Path) -> Path:
     optuna.logging.disable_default_handler()
     log_file.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(log_file, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in QUIET_LOGGERS:
         logger = logging.getLogger(name)
         logger.handlers = [handler]
@@ -71,7 +72,7 @@ class _RayletLineFilter(io.TextIOBase):
             *lines, self.pending = self.pending.split("\n")
             for line in lines:
                 if _ANSI.sub("", line).lstrip().startswith("(raylet)"):
-                    self._to_log(line + "\n")
+                    self._to_log(redact(line) + "\n")
                 else:
                     self.terminal.write(line + "\n")
         return len(text)

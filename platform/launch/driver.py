@@ -19,7 +19,7 @@ from platform.errors import UserError
 from platform.launch.cluster import start_ray
 from platform.launch.warm_start import WarmStart
 from platform.launch.worker import train_loop_per_worker
-from platform.tracking import runs
+from platform.tracking import runs, store
 from platform.tracking.relay import start_relay
 from platform.training.config import TrainConfig
 
@@ -60,20 +60,37 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     tags = {"model": config.model.name, **(job.init.tags() if job.init else {}), **(tags or {})}
     start_ray(ray_address)
     start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
-    run_id = runs.find_run(job.tracking_uri, job.experiment, reuse) if reuse else None
-    if run_id is None:
-        run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
-                                tags, config_yaml, parent_run_id,
-                                source="platform.tune" if parent_run_id else "platform.train")
-        runs.log_dataset_inputs(job.tracking_uri, run_id, job.dataset.name, meta)
-        if job.init is not None and job.init.model_id:  # the parent model: the run's input
-            runs.log_model_input(job.tracking_uri, run_id, job.init.model_id)
+
+    def open_run() -> str:
+        run_id = runs.find_run(job.tracking_uri, job.experiment, reuse) if reuse else None
+        if run_id is None:
+            run_id = runs.start_run(job.tracking_uri, job.experiment, job.run_name, runs.run_params(config, extra),
+                                    tags, config_yaml, parent_run_id,
+                                    source="platform.tune" if parent_run_id else "platform.train")
+            runs.log_dataset_inputs(job.tracking_uri, run_id, job.dataset.name, meta)
+            if job.init is not None and job.init.model_id:  # the parent model: the run's input
+                runs.log_model_input(job.tracking_uri, run_id, job.init.model_id)
+        return run_id
+
+    # a sweep's trial waits through a tracking outage to open its run (platform.train has
+    # checked the store before it started: down there is a one-line error)
+    run_id = store.when_up(job.tracking_uri, open_run, f"run {job.run_name}") if parent_run_id else open_run()
     try:
         result = _fit_with_ray(config, job, run_id, callbacks or [])
-    except BaseException as error:
+    except Exception as error:  # the run closed FAILED with the reason (through an outage), then the error
+        def close(failure: Exception = error) -> None:
+            runs.end_run(job.tracking_uri, run_id, error=failure, only_if_running=True)
+
+        try:
+            store.when_up(job.tracking_uri, close, f"the end of run {job.run_name}")
+        except Exception as closing:  # noqa: BLE001 - the training's own error is the one to raise
+            print(f"warning: run {run_id} could not be closed: {closing}", flush=True)
+        raise
+    except BaseException as error:  # Ctrl-C, a Tune stop: closed if the store answers now, not waited for
         runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True)
         raise
-    runs.end_run(job.tracking_uri, run_id, only_if_running=True)
+    store.when_up(job.tracking_uri, lambda: runs.end_run(job.tracking_uri, run_id, only_if_running=True),
+                  f"the end of run {job.run_name}")
     if after_fit is not None:
         after_fit(result)
     return run_id

@@ -23,6 +23,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from platform.redaction import split_password
+
 STUDY_FILE = "optuna.db"
 STORAGE_ENV = "NMT_STUDY_STORAGE"  # the default --study-storage (the cluster file sets it)
 MIN_COMPLETE = 4  # trials an importance plot is fitted on, at least
@@ -49,19 +51,24 @@ def default_storage_url(sweep_path: str, name: str) -> str:
     return f"sqlite:///{directory.resolve() / STUDY_FILE}"
 
 
-def shown_url(url: str) -> str:
-    """The storage URL without its password (what a parent run's params and the console show)."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
-
-
 def sqlite_file(url: str) -> Path | None:
     """The file of a ``sqlite:///`` URL, else None."""
     from sqlalchemy.engine import make_url
 
     parsed = make_url(url)
     return Path(parsed.database) if parsed.get_backend_name() == "sqlite" and parsed.database else None
+
+
+def kept_url(url: str) -> str:
+    """The storage URL Optuna keeps in its storage object, which Ray Tune pickles into the
+    sweep's saved state (in its storage path): a PostgreSQL password moves to libpq's
+    ``PGPASSWORD`` in this process's environment instead, so that state holds no secret (the
+    driver of a resumed sweep sets it again from the same URL before Tune unpickles it)."""
+    without, password = split_password(url)
+    if password is None or not url.startswith(("postgresql", "postgres")):
+        return url
+    os.environ["PGPASSWORD"] = password
+    return without
 
 
 def open_storage(url: str):
@@ -73,7 +80,7 @@ def open_storage(url: str):
     path = sqlite_file(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(url)
+    return optuna.storages.RDBStorage(kept_url(url))
 
 
 def load_study(url: str, name: str):
@@ -82,6 +89,7 @@ def load_study(url: str, name: str):
 
     if not url:
         return None
+    url = kept_url(url)
     path = sqlite_file(url)
     if path is not None and not path.is_file():
         return None

@@ -24,8 +24,9 @@ from platform.launch.continuation import experiment_name, restore_searcher, unde
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
-from platform.launch.study import load_study, open_storage, shown_url
+from platform.launch.study import kept_url, load_study, open_storage
 from platform.launch.worker import LAST_REPORT
+from platform.redaction import redact
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
 
@@ -140,7 +141,10 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
 
         The driver's word is final for a trial Tune saw complete: the trial process, torn down
         after this callback, may fail its own ``end_run`` as its training is interrupted, and
-        that must not turn a pruned trial into a FAILED run (nor leave its error tag)."""
+        that must not turn a pruned trial into a FAILED run (nor leave its error tag).
+
+        The closing happens in the ``RunCloser``'s thread, never in Tune's event loop: during a
+        tracking outage it waits for the server while the other trials go on."""
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._close(trial, error=None)
@@ -149,22 +153,86 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
             self._close(trial, error=f"trial {trial.trial_id} failed (see Ray logs)")
 
         def _close(self, trial, error):
-            run_id = runs.find_run(tracking_uri, experiment, trial_run_tags(parent_run_id, trial.trial_id))
-            if run_id is None:
-                return
-            client = store.client(tracking_uri)
-            run = client.get_run(run_id)
             epochs = int(trial.last_result.get("training_iteration", 0)) if trial.last_result else 0
-            if error is None and epochs < max_iterations:
-                client.set_tag(run_id, "pruned", "true")
-            if error is None and run.info.status != "FINISHED":
-                if "error" in run.data.tags:  # written by the interrupted trial process
-                    client.delete_tag(run_id, "error")
-                runs.end_run(tracking_uri, run_id)
-            elif run.info.status == "RUNNING":
-                runs.end_run(tracking_uri, run_id, error=error)
+            RunCloser.of(tracking_uri, parent_run_id).close(
+                f"the close of trial {trial.trial_id}'s run",
+                lambda: close_trial_run(tracking_uri, experiment, parent_run_id, trial.trial_id,
+                                        pruned=error is None and epochs < max_iterations, error=error))
 
     return CloseTrialRuns()
+
+
+def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, trial_id: str, pruned: bool,
+                    error: str | None) -> None:
+    """What ``CloseTrialRuns`` does for one trial that ended (see there)."""
+    run_id = runs.find_run(tracking_uri, experiment, trial_run_tags(parent_run_id, trial_id))
+    if run_id is None:
+        return
+    client = store.client(tracking_uri)
+    run = client.get_run(run_id)
+    if pruned:
+        client.set_tag(run_id, "pruned", "true")
+    if error is None and run.info.status != "FINISHED":
+        if "error" in run.data.tags:  # written by the interrupted trial process
+            client.delete_tag(run_id, "error")
+        runs.end_run(tracking_uri, run_id)
+    elif run.info.status == "RUNNING":
+        runs.end_run(tracking_uri, run_id, error=error)
+
+
+class RunCloser:
+    """The sweep driver's own MLflow calls, in order.  While the store answers they run at once,
+    in Tune's callback, before Tune tears the trial down (the trial's own closing must find its
+    run closed already).  During an outage they queue for one background thread, each waiting for
+    the server (``store.when_up``), so that Tune's event loop, in which the other trials'
+    results, ASHA's decisions and new trials' starts go on, never waits on MLflow.  One per
+    sweep (its parent run) in the driver's process; ``drain`` waits for what is queued."""
+
+    _ALL: dict[str, RunCloser] = {}
+
+    def __init__(self, tracking_uri: str) -> None:
+        import queue
+        import threading
+
+        self.tracking_uri = tracking_uri
+        self.queue: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._work, name="mlflow-sweep-closer", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def of(cls, tracking_uri: str, parent_run_id: str) -> RunCloser:
+        if parent_run_id not in cls._ALL:
+            cls._ALL[parent_run_id] = cls(tracking_uri)
+        return cls._ALL[parent_run_id]
+
+    @classmethod
+    def drain(cls, parent_run_id: str, timeout: float = store.OUTAGE_WAIT_S) -> None:
+        """Wait until every queued call of the sweep is done (at most ``timeout`` seconds)."""
+        closer = cls._ALL.get(parent_run_id)
+        if closer is None:
+            return
+        deadline = time.monotonic() + timeout
+        while closer.queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def close(self, what: str, call) -> None:
+        if self.queue.unfinished_tasks == 0 and store.store_down(self.tracking_uri) is None:
+            try:
+                call()
+                return
+            except Exception:  # noqa: BLE001 - the store went down meanwhile: queued, tried again when up
+                pass
+        self.queue.put((what, call))
+
+    def _work(self) -> None:
+        while True:
+            what, call = self.queue.get()
+            try:
+                store.when_up(self.tracking_uri, call, what)
+            except Exception as error:  # noqa: BLE001 - one trial's bookkeeping must not end the others'
+                print(f"warning: {what} failed: {redact(str(error))}", flush=True)
+            finally:
+                self.queue.task_done()
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -183,15 +251,25 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     if resume and not ray.tune.Tuner.can_restore(path):
         raise UserError(f"nothing to resume at {path}")
     release_orphaned_groups()  # what an interrupted sweep's teardown left reserved (a trial slot each)
+    if sweep.study_storage:
+        kept_url(sweep.study_storage)  # its password where the searcher Tune unpickles on --resume finds it
     # a trial resumed after its training had finished ends without a new report; Tune's strict
     # check would fail the whole sweep for it (its Optuna trial is closed by the searcher)
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     if resume:  # Tune restores the searcher (with ASHA's rungs) and the callbacks it saved
-        results = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True).fit()
+        tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
     else:
-        results = _new_tuner(sweep, trainable, callbacks, verbose).fit()
-    end_stopped_trials(sweep, results)
-    end_lost_trials(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id, compat.tune_trial_ids(results))
+        tuner = _new_tuner(sweep, trainable, callbacks, verbose)
+    try:
+        results = tuner.fit()
+    except BaseException:
+        RunCloser.drain(sweep.parent_run_id, timeout=60)  # what was queued, if the store answers soon
+        raise
+    RunCloser.drain(sweep.parent_run_id)  # the trials' runs closed (after an outage: once the server is back)
+    store.when_up(sweep.tracking_uri, lambda: end_stopped_trials(sweep, results), "the sweep's stopped trials")
+    store.when_up(sweep.tracking_uri, lambda: end_lost_trials(sweep.tracking_uri, sweep.experiment,
+                                                              sweep.parent_run_id, compat.tune_trial_ids(results)),
+                  "the sweep's lost trials")
     earlier = [ray.tune.Tuner.restore(sweep.experiment_path(k), trainable=trainable).get_results()
                for k in range(sweep.extension)]
     sweep.session_trials = len(results)
@@ -298,7 +376,7 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
               **sweep.settings.params(sweep.seed, sweep.max_epochs), "metric": sweep.space.spec.metric,
               "objectives": ",".join(f"{m}:{d}" for m, d in sweep.space.objectives),
               "seeds_per_config": sweep.seeds_per_config, "time_budget_s": sweep.time_budget_s,
-              "study_storage": shown_url(sweep.study_storage) if sweep.study_storage else "",
+              "study_storage": redact(sweep.study_storage) if sweep.study_storage else "",
               "workers_per_trial": sweep.job.workers, "gpus_per_worker": sweep.job.gpus_per_worker,
               "max_concurrent": sweep.max_concurrent, "git_commit": sweep.job.git_commit}
     tags = {"sweep_parent": sweep.name, "space": sweep.space.name, "recipe": sweep.space.recipe}

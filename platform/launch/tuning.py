@@ -37,7 +37,7 @@ from platform.launch.continuation import Carried, carry_trials, extensions, same
 from platform.launch.driver import Job
 from platform.launch.searcher import SearchSettings, check_settings, grid_size
 from platform.launch.spaces import Space, load_space
-from platform.launch.study import default_storage_url, load_study, open_storage, shown_url
+from platform.launch.study import default_storage_url, load_study, open_storage
 from platform.launch.summary import (
     best_row,
     closing_lines,
@@ -48,6 +48,7 @@ from platform.launch.summary import (
     time_shares,
 )
 from platform.launch.sweep import Sweep, existing_sweep, parent_run, run_sweep, trial_run_tags
+from platform.redaction import redact
 from platform.tracking import runs
 from platform.tracking.registry import Registered, check_model_name, register
 from platform.tracking.relay import start_relay
@@ -233,7 +234,7 @@ def fresh_study(sweep: Sweep) -> None:
     """A new sweep's study name is free in its storage: a shared one (the cluster's PostgreSQL)
     holds the studies of every experiment's sweeps, and a new sweep must not join another's."""
     if load_study(sweep.study_storage, sweep.name) is not None:
-        raise UserError(f"an Optuna study named {sweep.name!r} exists in {shown_url(sweep.study_storage)} (a sweep "
+        raise UserError(f"an Optuna study named {sweep.name!r} exists in {redact(sweep.study_storage)} (a sweep "
                         "of another experiment?); choose another --name, or --resume or --extend that sweep")
 
 
@@ -259,7 +260,7 @@ def check_extendable(tracking_uri: str, parent_run_id: str | None, name: str, re
         raise UserError(f"--extend {name}: no sweep of that name in experiment {request.experiment!r}")
     ours = {"space": space.name, "seeds_per_config": request.seeds_per_config,
             "objectives": ",".join(f"{metric}:{mode}" for metric, mode in space.objectives),
-            **settings.params(request.seed, space.base_config.max_epochs), "study_storage": shown_url(study_storage)}
+            **settings.params(request.seed, space.base_config.max_epochs), "study_storage": redact(study_storage)}
     ours.pop("seed")  # the restored sampler goes on with its own state
     recorded = runs.run_params_of(tracking_uri, parent_run_id)
     differ = [f"{key} {recorded[key]} (not {value})" for key, value in ours.items()
@@ -275,7 +276,7 @@ def source_study(request: SweepRequest, storage: str):
     url = request.study_storage or default_storage_url(f"{storage.rstrip('/')}/{source}", source)
     study = load_study(url, source)
     if study is None:
-        raise UserError(f"--warm-start-from {source}: no Optuna study of that sweep in {shown_url(url)}")
+        raise UserError(f"--warm-start-from {source}: no Optuna study of that sweep in {redact(url)}")
     return study
 
 
@@ -318,7 +319,7 @@ def announce(sweep: Sweep, log_file: Path | None) -> None:
           f"{sweep.settings.scheduler}), up to {sweep.max_concurrent} at once, MLflow parent run "
           f"{sweep.parent_run_id}" + (f", {gpus:g} GPU per worker" if gpus else "")
           + (f"; Ray's own output: {log_file}" if log_file else ""), flush=True)
-    print(f"Optuna study: optuna-dashboard {shown_url(sweep.study_storage)}", flush=True)
+    print(f"Optuna study: optuna-dashboard {redact(sweep.study_storage)}", flush=True)
 
 
 # ----------------------------------------------------------------------------- 3-5. search, confirm, close

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +131,7 @@ class RayHooks:
                 self.logger.tag("retry_refused", "the run diverged; a restart would diverge again")
                 self.logger.close()  # sent before the worker ends (train_loop's finally never saw hooks)
                 raise Diverged(reason)
-        self.workdir = Path(tempfile.mkdtemp(prefix="nmt-worker-"))
+        self.workdir = atomic.owned_scratch("nmt-worker-")  # a killed worker's is removed by the next one
         self.history: list[dict[str, float]] = []
         self.finished = False
 

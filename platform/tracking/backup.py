@@ -12,6 +12,7 @@ Restore into an empty database::
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from platform import atomic
 from platform.data import storage
 from platform.errors import UserError
+from platform.redaction import split_password
 
 SUFFIX = ".dump"
 
@@ -31,13 +33,19 @@ def libpq_url(database_url: str) -> str:
     return f"postgresql://{rest}"
 
 
-def dump(database_url: str, pg_dump: str = "pg_dump") -> bytes:
-    """The whole database in ``pg_dump``'s custom format."""
+def dump(database_url: str, pg_dump: str = "pg_dump", timeout: float = 3600.0) -> bytes:
+    """The whole database in ``pg_dump``'s custom format.  A password in the URL reaches
+    ``pg_dump`` in its environment (``PGPASSWORD``), not on its command line, which ``ps``
+    shows to every user of the machine."""
+    dbname, password = split_password(libpq_url(database_url))
+    env = {**os.environ, **({"PGPASSWORD": password} if password else {})}
     try:
-        result = subprocess.run([pg_dump, "--format=custom", "--no-owner", f"--dbname={libpq_url(database_url)}"],
-                                capture_output=True, timeout=3600)
+        result = subprocess.run([pg_dump, "--format=custom", "--no-owner", f"--dbname={dbname}"], env=env,
+                                capture_output=True, timeout=timeout)
     except FileNotFoundError:
         raise UserError(f"{pg_dump}: not found (PostgreSQL's client programs; Debian: postgresql-client)") from None
+    except subprocess.TimeoutExpired:  # a user error like the others: the backup loop says it and goes on
+        raise UserError(f"pg_dump: no dump after {timeout:g} s") from None
     if result.returncode != 0:
         lines = result.stderr.decode(errors="replace").strip().splitlines()
         raise UserError(f"pg_dump: {lines[-1] if lines else 'failed'}")

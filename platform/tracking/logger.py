@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from platform.redaction import redact
 from platform.tracking import model
 from platform.tracking.artifacts import files_of, upload_bytes
 from platform.tracking.relay import RelayClient
@@ -118,6 +119,7 @@ class RunLogger:
 
     @_holds_caller
     def tag(self, key: str, value: str) -> None:
+        value = redact(str(value))
         self._call(f"tag {key}", lambda: self.client.set_tag(self.run_id, key, value))
 
     @_holds_caller

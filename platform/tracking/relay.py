@@ -52,7 +52,9 @@ def start_relay(tracking_uri: str):
     threads = RELAY_THREADS if tracking_uri.lower().startswith(("http://", "https://")) else 1
     for attempt in range(5):
         try:
-            handle = ray.remote(num_cpus=0)(MlflowRelay).options(
+            # max_restarts: Ray starts a relay whose process died again (on its node), so the
+            # calls that follow reach it; one in flight fails, and the logger sends it again
+            handle = ray.remote(num_cpus=0, max_restarts=-1)(MlflowRelay).options(
                 name=name, get_if_exists=True, max_concurrency=threads,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(tracking_uri)
         except ValueError:  # "Failed to look up actor": it was being torn down as we looked it up
@@ -253,11 +255,19 @@ class RelayClient:
         ray.get(self.actor.log_model_files.remote(model_id, files))
 
     # the relay itself
-    def down(self) -> str | None:
-        """Why the tracking server does not answer its health check, asked from the relay's node."""
+    def down(self, timeout: float = 15.0) -> str | None:
+        """Why the tracking server does not answer its health check, asked from the relay's node;
+        a relay too busy to answer in ``timeout`` s (its threads caught in MLflow's retries) or
+        restarting counts as down."""
         import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
 
-        return ray.get(self.actor.down.remote())
+        try:
+            return ray.get(self.actor.down.remote(), timeout=timeout)
+        except GetTimeoutError:
+            return f"the relay did not answer in {timeout:g} s"
+        except RayActorError:
+            return "the relay is restarting"
 
     def run(self, function: Callable[..., Any], *args, **kwargs) -> Any:
         """``function(client, *args, **kwargs)`` in the actor (``store.on_client``)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from platform import config as config_io
 from platform.errors import UserError
+from platform.redaction import redact, redact_values
 from platform.tracking.artifacts import upload_bytes
 from platform.tracking.store import client, on_client, run_status
 from platform.training.config import knob_name
@@ -63,6 +64,7 @@ def log_dataset_inputs(tracking_uri: str, run_id: str, dataset: str, meta: dict[
 def _log_dataset_inputs(mlflow_client, run_id: str, dataset: str, meta: dict[str, Any]) -> None:
     from mlflow.entities import Dataset, DatasetInput, InputTag
 
+    dataset = redact(dataset)
     name = dataset.rstrip("/").rsplit("/", 1)[-1]
     inputs = []
     for split, info in meta.get("splits", {}).items():
@@ -86,7 +88,7 @@ def run_params(train_config, extra: dict[str, Any]) -> dict[str, str]:
     params = {knob_name(key): value for key, value in config_io.flat_dict(train_config).items()
               if key != "model.name"}
     params.update(extra)
-    return {key: str(value)[:6000] for key, value in params.items()}
+    return {key: redact(str(value))[:6000] for key, value in params.items()}
 
 
 # MLflow 3's UI opens an experiment without this tag on its GenAI "Overview" of traces (empty
@@ -149,6 +151,7 @@ def _start_run(mlflow_client, experiment: str, tracking_uri: str, run_name: str,
                tags: dict[str, str], config_yaml: str, parent_run_id: str | None, source: str) -> str:
     from mlflow.entities import Param, RunTag
 
+    params, tags = redact_values(params), redact_values(tags)
     all_tags = {"mlflow.source.type": "LOCAL", "mlflow.source.name": source, **tags}
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
@@ -269,7 +272,7 @@ def _end_run(mlflow_client, run_id: str, message: str | None, only_if_running: b
     if only_if_running and mlflow_client.get_run(run_id).info.status != "RUNNING":
         return
     if message is not None:
-        mlflow_client.set_tag(run_id, "error", message[:5000])
+        mlflow_client.set_tag(run_id, "error", redact(message)[:5000])
         mlflow_client.set_terminated(run_id, status="FAILED")
     else:
         mlflow_client.set_terminated(run_id, status="FINISHED")
@@ -280,7 +283,7 @@ def tag_run(tracking_uri: str, run_id: str, tags: dict[str, str]) -> None:
 
 
 def _tag_run(mlflow_client, run_id: str, tags: dict[str, str]) -> None:
-    for key, value in tags.items():
+    for key, value in redact_values(tags).items():
         mlflow_client.set_tag(run_id, key, value)
 
 

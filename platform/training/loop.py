@@ -6,7 +6,7 @@ reporting, checkpoints through Ray); tests run it directly with ``LocalHooks``.
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from platform.atomic import owned_scratch
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.data.prefetch import Prefetched
@@ -420,7 +421,10 @@ def clock(seconds: float) -> str:
 def temp_checkpoint(state: dict) -> Iterator[Path]:
     """``state`` saved in a temporary directory for as long as the block runs (Ray copies it to
     the run's storage in ``ray.train.report``); removed after, so no epoch's copy stays behind."""
-    with tempfile.TemporaryDirectory(prefix="nmt-ckpt-") as directory:
-        save_checkpoint(state, Path(directory) / CHECKPOINT_FILE)
-        yield Path(directory)
+    directory = owned_scratch("nmt-ckpt-")  # one a kill left behind is removed by the next checkpoint's
+    try:
+        save_checkpoint(state, directory / CHECKPOINT_FILE)
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, end_ray_processes_under, free_port, runs_of, wait_for
+from helpers import ROOT, ListenerWatch, end_ray_processes_under, free_port, runs_of, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,11 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
     config = fake_cluster_config(port)
     config_path.write_text(yaml.safe_dump(config))
     temp_dir = Path(tempfile.mkdtemp(prefix="nmt-fake-", dir="/tmp"))
-    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ""}
+    # every process of the fake cluster on 127.0.0.1: as single-machine Ray (the setting Ray reads
+    # on macOS and Windows), Ray keeps a loopback node address instead of replacing it by the
+    # machine's network address; the autoscaler's monitor starts the fake nodes with it too
+    env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": "",
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     head = config["available_node_types"][config["head_node_type"]]["resources"]
     ray = str(Path(sys.executable).parent / "ray")
     address, dashboard = f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}"
@@ -105,6 +109,7 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
     def submit(client, command: list[str]) -> str:
         return client.submit_job(entrypoint=f"cd {shlex.quote(str(ROOT))} && {shlex.join(command)}")
 
+    watch = ListenerWatch(str(temp_dir)).start()
     try:
         client = start_head()
         assert gpus_alive() == [0]  # the head alone, as on a fresh ray up
@@ -135,5 +140,9 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         idle_s = IDLE_MINUTES * 60
         wait_for(lambda: gpus_alive() == [0], idle_s + 60, f"the idle gpu_worker released ({idle_s:g} s idle timeout)",
                  poll=5)
+        watch.stop()  # every node, the job's driver and its trials: on loopback only
+        assert any("RayTrainWo" in owner for _, owner in watch.seen), sorted(watch.seen)[:20]
+        assert not watch.exposed(), watch.exposed()
     finally:
+        watch.stop()
         end_ray_processes_under(temp_dir)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,11 @@ def test_a_killed_worker_resumes_mid_epoch_in_the_same_run_and_logs_what_an_outa
         thread.join(timeout=400)
         assert not failures, failures
         assert len(killed) == 1 and live == [sorted(killed[0].values())]
+        # the killed rank's scratch (its best checkpoint) went when the new group made its own
+        import tempfile
+
+        left = list(Path(tempfile.gettempdir()).glob(f"nmt-*-{killed[0][0]}-*"))
+        assert not left, left
         client, (run,) = runs_of(server.uri, "relog")  # the restarted worker group reopened the same run
         assert run.info.status == "FINISHED" and run.data.tags["resumed_from_epoch"] == "2"
         assert run.data.tags["restarts"] == "1"
@@ -146,6 +152,8 @@ params:
   dropout: {type: float, low: 0.0, high: 0.3, grid: [0.0, 0.2]}
 """
 
+PLANTED = "pl4nted-S3cret"  # a password the killed-driver sweep's study storage URL carries
+
 # (scheduler, searcher, space, extra flags, configs sampled, trials per config, tracking): the
 # driver killed once on Ray with the default search (ASHA and TPE), on an MLflow server backed by
 # a real PostgreSQL database as on the cluster's head; the other searchers and schedulers resume
@@ -160,7 +168,7 @@ KILLED_DRIVERS = [
                          ids=[f"{s}-{t}-{b}" for s, t, *_, b in KILLED_DRIVERS])
 def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path, scheduler,
                                                                         searcher, space, extra, configs, seeds, backend,
-                                                                        request, monkeypatch):
+                                                                        request, monkeypatch, capsys):
     server = None
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     study_storage = f"sqlite:///{tmp_path}/runs/k1/optuna.db"
@@ -172,7 +180,10 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
         server.start()
         request.addfinalizer(server.stop)
         uri = server.uri
-        study_storage = request.getfixturevalue("postgres").database("kill_driver_optuna")
+        # with a password (the server trusts local connections, so any will do): a planted secret
+        # that neither console, the store nor the sweep's files may show (platform.redaction)
+        study_storage = request.getfixturevalue("postgres").database("kill_driver_optuna").replace(
+            "://nmt@", f"://nmt:{PLANTED}@")
         monkeypatch.setenv("NMT_STUDY_STORAGE", study_storage)  # the cluster file's default, for both sessions
         env["NMT_STUDY_STORAGE"] = study_storage
     address = ray_cluster.get_runtime_context().gcs_address
@@ -249,8 +260,15 @@ def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_clust
         engine = sqlalchemy.create_engine(database)
         with engine.connect() as connection:
             stored = connection.execute(sqlalchemy.text("select count(*) from runs")).scalar()
+            recorded = connection.execute(sqlalchemy.text(
+                "select value from params union all select value from tags "
+                "union all select dataset_source from datasets")).scalars().all()
         engine.dispose()
         assert stored == len(children) + 1
+        assert parents[0].data.params["study_storage"].startswith("postgresql://nmt:***@")
+        assert not [value for value in recorded if PLANTED in value]
+        leaks = [path for path in tmp_path.rglob("*") if path.is_file() and PLANTED.encode() in path.read_bytes()]
+        assert not leaks and PLANTED not in capsys.readouterr().out, leaks  # driver.log: the killed console
 
 
 # what Tune hands the searcher and the scheduler for one trial's epochs, and how it ends
@@ -369,48 +387,86 @@ first_points:
 """
 
 
-def test_four_trials_two_at_a_time_with_a_diverging_one_all_end_and_free_the_cluster(ray_cluster, demo_dataset,
-                                                                                     tmp_path):
+def test_four_trials_two_at_a_time_with_a_diverging_one_and_a_tracking_outage_all_end_and_free_the_cluster(
+        ray_cluster, demo_dataset, tmp_path):
+    """A sweep through a real MLflow server that is SIGKILLed once a trial has logged epoch 1
+    and started again 20 s later, its relay actor killed meanwhile: trials open, log and close
+    their runs around the outage, the sweep's driver closes the others' (in its own thread once
+    the server is down), and every run and metric is in the store afterwards."""
+    from servers import MlflowOutage
+
+    from platform.tracking.relay import relay_name
+
     space = tmp_path / "load.yaml"
     space.write_text(LOAD_SPACE)
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = sweep_args(demo_dataset, tmp_path, "--name", "load", "--num-samples", "4", "--max-concurrent", "2",
-                      "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8", experiment="load",
-                      space=str(space))
-    assert tune.main(args) == 0  # the diverging trial does not stop the sweep
-    client, runs = runs_of(uri, "load")
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
-    assert len(children) == 4 and len({c.data.tags["trial_id"] for c in children}) == 4
-    diverged = [c for c in children if float(c.data.params["optim.lr"]) > 1e20]
-    healthy = [c for c in children if float(c.data.params["optim.lr"]) < 1e20]
-    assert diverged and healthy
-    for run in diverged:
-        assert run.info.status == "FAILED"
-        assert "loss became" in run.data.tags["error"] and "diverged at epoch 1" in run.data.tags["diverged"]
-        assert "retry_refused" in run.data.tags  # Ray restarted it once; the new workers refused to train again
-        assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
-        assert re.fullmatch(r"diverged at epoch 1, update \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)",
-                            run.data.tags["diverged"])
-    assert all(r.info.status == "FINISHED" for r in healthy)
-    states = optuna_trial_states(tmp_path / "runs" / "load")
-    assert states.count("FAIL") == len(diverged) and len(states) == 4
-    pruned = [r for r in healthy if r.data.tags.get("pruned") == "true"]
-    assert len(pruned) == states.count("PRUNED")  # pruned in Optuna ⇔ pruned=true in MLflow
-    for run in healthy:  # a pruned run stopped at a rung, the others ran every epoch
-        epochs = len(client.get_metric_history(run.info.run_id, "dev_bleu"))
-        assert epochs < 2 if run in pruned else epochs == 2
+    (tmp_path / "mlflow").mkdir()
+    def refused_and_trained(found) -> bool:  # the outage after the first diverging trial's retry was refused
+        return (any("retry_refused" in r.data.tags for r in found)
+                and any("dev_bleu" in r.data.metrics for r in found))
 
-    import ray
-    from ray.util import placement_group_table
+    outage = MlflowOutage(tmp_path / "mlflow", when=refused_and_trained).__enter__()  # __exit__ stops the server
+    try:
+        uri = outage.uri
+        args = sweep_args(demo_dataset, tmp_path, "--name", "load", "--num-samples", "4", "--max-concurrent", "2",
+                          "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8",
+                          experiment=outage.EXPERIMENT, space=str(space))
+        args[args.index("--tracking-uri") + 1] = uri
+        killed = []
 
-    total = ray.cluster_resources()["CPU"]
-    try:  # no leaked actors (a slow teardown on a busy machine is not a leak: a leak never ends)
-        wait_for(lambda: ray.available_resources().get("CPU", 0) == total, 180, "every CPU back")
-    except AssertionError as error:
-        raise AssertionError(f"{error} ({ray.available_resources().get('CPU', 0)} of {total} free); "
-                             f"alive: {alive_actors()}; placement groups: {placement_group_table()}") from None
-    live = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
-    assert live == []  # no leaked placement groups
+        def kill_the_relay_during_the_outage():  # Ray starts it again (max_restarts)
+            wait_for(lambda: outage.times, 400, "the server down")
+            import ray
+
+            ray.kill(ray.get_actor(relay_name(uri)), no_restart=False)
+            killed.append(time.time())
+
+        killer = threading.Thread(target=kill_the_relay_during_the_outage, daemon=True)
+        killer.start()
+        assert tune.main(args) == 0  # neither the diverging trial nor the outage stops the sweep
+        ended = time.time()
+        killer.join(timeout=60)
+        assert not outage.failures and len(outage.times) == 2 and outage.times[1] < ended  # during the sweep
+        assert killed and killed[0] < ended
+        client, runs = runs_of(uri, outage.EXPERIMENT)
+        (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "load"]
+        assert parent.info.status == "FINISHED" and "summary.md" in {a.path for a in client.list_artifacts(
+            parent.info.run_id)}
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+        assert len(children) == 4 and len({c.data.tags["trial_id"] for c in children}) == 4
+        diverged = [c for c in children if float(c.data.params["optim.lr"]) > 1e20]
+        healthy = [c for c in children if float(c.data.params["optim.lr"]) < 1e20]
+        assert diverged and healthy
+        # Ray restarted the first point's workers once; they read that it diverged and refused to train
+        # again (a later diverging trial's restart may fall in the outage, where that read counts as unset)
+        assert any("retry_refused" in run.data.tags for run in diverged)
+        for run in diverged:
+            assert run.info.status == "FAILED"
+            assert "loss became" in run.data.tags["error"] and "diverged at epoch 1" in run.data.tags["diverged"]
+            assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
+            assert re.fullmatch(r"diverged at epoch 1, update \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)",
+                                run.data.tags["diverged"])
+        assert all(r.info.status == "FINISHED" for r in healthy)
+        states = optuna_trial_states(tmp_path / "runs" / "load")
+        assert states.count("FAIL") == len(diverged) and len(states) == 4
+        pruned = [r for r in healthy if r.data.tags.get("pruned") == "true"]
+        assert len(pruned) == states.count("PRUNED")  # pruned in Optuna ⇔ pruned=true in MLflow
+        for run in healthy:  # a pruned run stopped at a rung, the others ran every epoch
+            epochs = len(client.get_metric_history(run.info.run_id, "dev_bleu"))
+            assert epochs < 2 if run in pruned else epochs == 2
+
+        import ray
+        from ray.util import placement_group_table
+
+        total = ray.cluster_resources()["CPU"]
+        try:  # no leaked actors (a slow teardown on a busy machine is not a leak: a leak never ends)
+            wait_for(lambda: ray.available_resources().get("CPU", 0) == total, 180, "every CPU back")
+        except AssertionError as error:
+            raise AssertionError(f"{error} ({ray.available_resources().get('CPU', 0)} of {total} free); "
+                                 f"alive: {alive_actors()}; placement groups: {placement_group_table()}") from None
+        live = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+        assert live == []  # no leaked placement groups
+    finally:
+        outage.__exit__(None, None, None)
 
 
 def alive_actors() -> list[str]:

@@ -3,38 +3,9 @@
 import os
 import subprocess
 
+from helpers import LOOPBACK, descendants, listening
+
 from platform.tracking.relay import start_relay
-
-
-def descendants(root: int) -> set[int]:
-    """Every process below ``root`` (from /proc: Ray's GCS, raylet and agents are children of
-    the process that started the cluster, its workers children of the raylet)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except OSError:  # ended meanwhile
-                continue
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def listening(pids: set[int]) -> list[tuple[str, str]]:
-    """(local address, process) of every listening TCP socket owned by one of ``pids``, from ``ss``."""
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30, check=True).stdout
-    found = []
-    for line in out.splitlines():
-        fields = line.split()
-        owners = {int(part.split("=")[1]) for part in line.replace(",", " ").replace(")", " ").split()
-                  if part.startswith("pid=")}
-        if owners & pids:
-            found.append((fields[3], line.split("users:")[-1]))
-    return found
 
 
 def test_a_local_cluster_listens_on_loopback_only(ray_cluster, tmp_path):
@@ -49,8 +20,7 @@ def test_a_local_cluster_listens_on_loopback_only(ray_cluster, tmp_path):
     ray_processes = descendants(os.getpid())
     sockets = listening(ray_processes)
     assert len(sockets) >= 5, sockets  # the GCS, the raylet, its agents, the dashboard, the workers
-    exposed = [(address, owner) for address, owner in sockets
-               if not address.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:"))]
+    exposed = [(address, owner) for address, owner in sockets if not address.startswith(LOOPBACK)]
     assert not exposed, f"listening beyond loopback: {exposed}"
 
 
@@ -85,8 +55,7 @@ def test_two_worker_training_listens_on_loopback_only_and_logs_one_run_with_work
     assert outcome.get("code") == 0
     train_workers = {address for address, owner in seen if "RayTrainWo" in owner}
     assert train_workers, f"no Train worker was seen listening: {sorted(seen)}"  # the samples covered training
-    exposed = sorted((address, owner) for address, owner in seen
-                     if not address.startswith(("127.0.0.1:", "[::1]:", "[::ffff:127.0.0.1]:")))
+    exposed = sorted((address, owner) for address, owner in seen if not address.startswith(LOOPBACK))
     assert not exposed, f"listening beyond loopback: {exposed}"
     _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "ddp")
     assert len(runs) == 1
@@ -96,3 +65,60 @@ def test_two_worker_training_listens_on_loopback_only_and_logs_one_run_with_work
     assert {name.split("/")[1] for name in system} == {_platform.node()}
     contexts = {t.value for i in runs[0].inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
     assert contexts == {"train", "dev", "test"}  # the Dataset column of MLflow's runs table
+
+
+JOIN = """
+import sys
+import ray
+from platform.launch.cluster import start_ray
+start_ray(sys.argv[1], log_to_driver=False)
+print("joined", ray.get(ray.remote(lambda: 1).remote()))
+"""
+
+
+def test_the_session_cluster_runs_with_rays_token_authentication(ray_cluster, tmp_path):
+    """The suite's cluster runs as a user's local one does by default, with Ray's token
+    authentication: a driver that presents another token is refused, and so is a request to the
+    dashboard (where jobs are submitted) without one; the session's token joins."""
+    import sys
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from helpers import ROOT, wait_for
+
+    ray = ray_cluster
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    gcs = ray.get_runtime_context().gcs_address
+    wrong = tmp_path / "auth_token"
+    wrong.write_text("0" * 64)
+
+    def driver(token_path: str) -> subprocess.Popen:
+        env = {**os.environ, "RAY_AUTH_TOKEN_PATH": token_path, "PYTHONPATH": str(ROOT)}
+        return subprocess.Popen([sys.executable, "-c", JOIN, gcs], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    refused = driver(str(wrong))  # Ray's driver retries for about 20 s: its first refusal is enough
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: [lines.append(line) for line in refused.stderr
+                                              if not any("InvalidAuthToken" in seen for seen in lines)], daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("InvalidAuthToken" in line for line in lines) or refused.poll() is not None, 60,
+                 "the refused driver's first error")
+        assert any("InvalidAuthToken" in line for line in lines), "".join(lines)[-2000:]
+    finally:
+        refused.kill()
+        out = refused.stdout.read()
+        refused.wait()
+    assert "joined" not in out
+    joined = driver(os.environ["RAY_AUTH_TOKEN_PATH"])
+    out, err = joined.communicate(timeout=120)
+    assert joined.returncode == 0 and "joined 1" in out, err[-2000:]
+    dashboard = ray_cluster._private.worker.global_worker.node.address_info["webui_url"]
+    try:
+        urllib.request.urlopen(f"http://{dashboard}/api/jobs/", timeout=30)
+        status = 200
+    except urllib.error.HTTPError as error:
+        status = error.code
+    assert status == 401

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, end_ray_processes_under, free_port, require_module, runs_of
+from helpers import ROOT, ListenerWatch, end_ray_processes_under, free_port, require_module, runs_of
 from mlflow.tracking import MlflowClient
+from ray_private import ray_command
 from servers import MotoServer
 
 BUCKET = "nmt"
@@ -45,16 +47,18 @@ def hidden_node_script(hide: list[Path], keep: Path, address: str, num_cpus: int
     lines += [f"mount -t tmpfs -o size=1m,mode=755 nmt-hidden {directory}" for directory in hide]
     if inside:
         lines += [f"mkdir -p {prefix}", f"mount --bind {keep} {prefix}"]
-    ray = Path(sys.executable).parent / "ray"
-    lines.append(f"exec {ray} start --address={address} --num-cpus={num_cpus} --disable-usage-stats")
+    start = ray_command("start", f"--address={address}", f"--num-cpus={num_cpus}", "--disable-usage-stats")
+    lines.append(f"exec {shlex.join(start)}")
     return "\n".join(lines)
 
 
+# the probes join as the platform's commands do (``start_ray``: the cluster's loopback address as given)
 PROBE = textwrap.dedent("""
     import json, os, sys, time
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    ray.init(address=sys.argv[1], logging_level="ERROR")
+    from platform.launch.cluster import start_ray
+    start_ray(sys.argv[1], log_to_driver=False)
     deadline = time.time() + 120
     while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.time() < deadline:
         time.sleep(0.5)
@@ -69,7 +73,8 @@ PROBE = textwrap.dedent("""
 NODES = textwrap.dedent("""
     import json, sys, time
     import ray
-    ray.init(address=sys.argv[1], logging_level="ERROR")
+    from platform.launch.cluster import start_ray
+    start_ray(sys.argv[1], log_to_driver=False)
     deadline = time.time() + 120
     while len([n for n in ray.nodes() if n["Alive"]]) < int(sys.argv[2]) and time.time() < deadline:
         time.sleep(0.5)
@@ -78,7 +83,8 @@ NODES = textwrap.dedent("""
 
 
 class HiddenNodeCluster:
-    """``ray start --head --num-cpus 0`` here, and a 4-CPU worker node that sees none of ``hide``."""
+    """``ray start --head --num-cpus 0`` here, and a 4-CPU worker node that sees none of ``hide``;
+    every node on 127.0.0.1 (``ray_command``)."""
 
     def __init__(self, hide: list[Path], env: dict[str, str], read_only: Path | None = None):
         self.hide, self.env, self.read_only = hide, env, read_only
@@ -86,18 +92,15 @@ class HiddenNodeCluster:
         # this cluster's own temporary directory: both nodes' processes name it (the worker node
         # takes it from the head), so stop() ends exactly them, and no other Ray on the machine
         self.temp_dir = Path(tempfile.mkdtemp(prefix="nmt-ray-", dir="/tmp"))  # short: Ray's socket paths
-        from ray.util import get_node_ip_address
-
-        self.address = f"{get_node_ip_address()}:{free_port()}"
+        self.address = f"127.0.0.1:{free_port()}"
         self.head = self.worker = ""
         self.node_cache = Path(tempfile.mkdtemp(prefix="nmt-node-cache-"))  # the worker node's own (data.mapped)
 
     def start(self) -> dict:
-        ray = str(Path(sys.executable).parent / "ray")
         port = self.address.rsplit(":", 1)[1]
-        subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=0", f"--temp-dir={self.temp_dir}",
-                        "--dashboard-host=127.0.0.1",
-                        f"--dashboard-port={free_port()}", "--disable-usage-stats"],
+        subprocess.run(ray_command("start", "--head", f"--port={port}", "--num-cpus=0", f"--temp-dir={self.temp_dir}",
+                                   "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}",
+                                   "--disable-usage-stats"),
                        env=self.env, check=True, capture_output=True, timeout=180)
         script = hidden_node_script(self.hide, self.keep, self.address, num_cpus=4, read_only=self.read_only)
         started = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
@@ -109,7 +112,7 @@ class HiddenNodeCluster:
         looked_for = [ROOT / "pyproject.toml", ROOT / "platform", marker]
         assert all(path.exists() for path in looked_for)  # here, on the head
         probe = subprocess.run([sys.executable, "-c", PROBE, self.address, *map(str, looked_for)],
-                               env=self.env, capture_output=True, text=True, timeout=180)
+                               env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=180)
         assert probe.returncode == 0, probe.stderr[-3000:]
         found = json.loads(probe.stdout.strip().splitlines()[-1])
         self.head, self.worker = found["head"], found["worker"]
@@ -118,11 +121,11 @@ class HiddenNodeCluster:
     def add_plain_node(self, num_cpus: int, num_gpus: int) -> str:
         """Another worker node, in this machine's own mount namespace (it sees every file, as the
         head does); returns its node id once the cluster has it."""
-        ray = str(Path(sys.executable).parent / "ray")
-        subprocess.run([ray, "start", f"--address={self.address}", f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}",
-                        "--disable-usage-stats"], env=self.env, check=True, capture_output=True, timeout=180)
-        nodes = subprocess.run([sys.executable, "-c", NODES, self.address, "3"], env=self.env, capture_output=True,
-                               text=True, timeout=180)
+        subprocess.run(ray_command("start", f"--address={self.address}", f"--num-cpus={num_cpus}",
+                                   f"--num-gpus={num_gpus}", "--disable-usage-stats"),
+                       env=self.env, check=True, capture_output=True, timeout=180)
+        nodes = subprocess.run([sys.executable, "-c", NODES, self.address, "3"], env=self.env, cwd=ROOT,
+                               capture_output=True, text=True, timeout=180)
         assert nodes.returncode == 0, nodes.stderr[-3000:]
         (plain,) = set(json.loads(nodes.stdout.strip().splitlines()[-1])) - {self.head, self.worker}
         return plain
@@ -146,17 +149,20 @@ def cluster(own_module_cluster, tmp_path_factory):
         (pytest.fail if os.environ.get("CI", "").lower() == "true" else pytest.skip)(
             "needs root, unshare(1) and mount namespaces (CAP_SYS_ADMIN) for the worker node")
     s3 = MotoServer()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **s3.env()}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **s3.env()}  # the session's Ray token too
     env.pop("PYTHONPATH", None)
     s3.start(env)
     shared = Path(tempfile.mkdtemp(prefix="nmt-shared-storage-"))  # a shared file system: both nodes see it
     (shared / "read-only").mkdir()  # ... but this part of it is mounted read-only on the worker node
     hidden = HiddenNodeCluster([ROOT, tmp_path_factory.getbasetemp().resolve()], env, read_only=shared / "read-only")
+    # every listener of the module's nodes and servers (PostgreSQL: its data directory's prefix)
+    watch = ListenerWatch(str(hidden.temp_dir), "nmt-postgres-").start()
     try:
         s3.create_bucket(BUCKET)
         sees = hidden.start()
-        yield {"cluster": hidden, "sees": sees, "shared": shared, "env": env, "s3": s3}
+        yield {"cluster": hidden, "sees": sees, "shared": shared, "env": env, "s3": s3, "watch": watch}
     finally:
+        watch.stop()
         hidden.stop()
         s3.stop()
         shutil.rmtree(shared, ignore_errors=True)
@@ -271,8 +277,12 @@ def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing local: no directory named "s3:"
     refused = cli(cluster, "prepare", "--data", "demo", "--out", data, cwd=tmp_path)
     assert refused.returncode != 0 and "already exists; pass --overwrite" in refused.stderr
+    # the training reads it with credentials in its URI, as pyarrow accepts them: a planted
+    # secret that nothing the run leaves may show (the one redaction rule, platform.redaction)
+    secret = "pl4nted-S3cret"
+    with_key = f"s3://testing:{secret}@{BUCKET}/datasets/demo"
     trained = cli(cluster, "train", "--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
-                  "--data", data, "--address", hidden.address, "--storage-path", f"s3://{BUCKET}/runs",
+                  "--data", with_key, "--address", hidden.address, "--storage-path", f"s3://{BUCKET}/runs",
                   "--tracking-uri", store, "--experiment", "s3", "--name", "through-s3", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr[-4000:]
     assert "data: copied" not in trained.stdout  # read where it is
@@ -283,12 +293,20 @@ def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
     assert any(name.endswith("/checkpoint.pt") for name in files), files
     client, found = runs_of(store, "s3")
     run_id = found[0].info.run_id
-    assert found[0].data.params["data"] == data and found[0].data.tags["node_id"] == hidden.worker
-    evaluated = cli(cluster, "evaluate", "--run", run_id, "--test", f"{data}/conllu/test", "--src", "sov", "--tgt",
-                    "svo", "--out", "out/test", cwd=tmp_path)
+    assert found[0].data.params["data"] == f"s3://testing:***@{BUCKET}/datasets/demo"
+    assert found[0].data.tags["node_id"] == hidden.worker
+    evaluated = cli(cluster, "evaluate", "--run", run_id, "--test", f"{with_key}/conllu/test", "--src", "sov",
+                    "--tgt", "svo", "--out", "out/test", cwd=tmp_path)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "test_bleu" in client.get_run(run_id).data.metrics
     assert len((tmp_path / "out" / "test.hyp").read_text().splitlines()) == 100
+    # the secret: not on either console, in the MLflow store or its artifacts, the run's files in
+    # the bucket or anything written here
+    assert secret not in trained.stdout + trained.stderr + evaluated.stdout + evaluated.stderr
+    leaks = [path for path in tmp_path.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
+    in_bucket = [info.path for info in fs.get_file_info(pyarrow.fs.FileSelector(BUCKET, recursive=True))
+                 if info.type == pyarrow.fs.FileType.File and secret.encode() in fs.open_input_file(info.path).read()]
+    assert not leaks and not in_bucket, (leaks, in_bucket)
     # an upload that died midway (no COMMITTED marker) is refused in one line
     fs.delete_file(f"{BUCKET}/datasets/demo/COMMITTED")
     broken = cli(cluster, "train", "--model", "transformer", "--smoke", "--data", data, "--address", hidden.address,
@@ -391,3 +409,13 @@ def test_two_trials_share_one_gpu_at_a_half_each_and_a_third_waits(cluster, plai
     at_once = max(sum(start <= moment < end for start, end in spans) for moment, _ in spans)
     assert at_once == 2  # two trials on the one GPU at once
     assert spans[2][0] >= min(end for _, end in spans[:2])  # the third started once one of them had ended
+
+
+def test_every_node_and_server_of_the_module_listened_on_loopback_only(cluster):
+    """Sampled every second through all of the module's tests (the last one): the GCS, the
+    raylets, agents and workers of the three nodes, the Train workers' process groups, the S3,
+    MLflow and PostgreSQL servers; none on an address other than loopback."""
+    watch = cluster["watch"]
+    assert any("raylet" in owner for _, owner in watch.seen), sorted(watch.seen)[:20]  # the samples saw the nodes
+    assert any("RayTrainWo" in owner for _, owner in watch.seen), sorted(watch.seen)[:20]  # ... and training
+    assert not watch.exposed(), watch.exposed()

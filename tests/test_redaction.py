@@ -1,0 +1,145 @@
+"""The one redaction rule (``platform.redaction``) and the places that apply it: MLflow params,
+tags and dataset inputs, the console of every command (stderr; stdout where it is not data), a
+sweep's ``console.log``.  The multi-node S3 test and the killed-driver sweep plant secrets in a
+dataset URI and a database URL and search everything a real run leaves for them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, runs_of
+
+from platform.redaction import MASK, RedactingFormatter, redact
+
+PLANTED = "pl4nted-S3cret"
+
+
+@pytest.mark.parametrize("text,shown", [
+    (f"s3://AKIAEXAMPLE:{PLANTED}@bucket/datasets/demo", "s3://AKIAEXAMPLE:***@bucket/datasets/demo"),
+    (f"postgresql://nmt:{PLANTED}@db.example:5432/mlflow", "postgresql://nmt:***@db.example:5432/mlflow"),
+    (f"error: s3://k:{PLANTED}@b/x: Access Denied", "error: s3://k:***@b/x: Access Denied"),
+    (f"s3://b/p?endpoint_override=127.0.0.1:9000&secret_key={PLANTED}&scheme=http",
+     "s3://b/p?endpoint_override=127.0.0.1:9000&secret_key=***&scheme=http"),
+    (f"https://h/x?X-Amz-Signature={PLANTED}&X-Amz-Credential={PLANTED}",
+     "https://h/x?X-Amz-Signature=***&X-Amz-Credential=***"),
+    (f"NMT_TRACKING_DB=postgresql://u:{PLANTED}@h/m mlflow server",
+     "NMT_TRACKING_DB=postgresql://u:***@h/m mlflow server"),
+    (f"s3://AKIAEXAMPLE:wJal/{PLANTED}+nF@bucket/x", "s3://AKIAEXAMPLE:***@bucket/x"),  # AWS secrets hold "/"
+    (f"postgresql://u:p#{PLANTED}?x@h/db", "postgresql://u:***@h/db"),
+    (f"s3://b/x?X-Amz-Security-Token={PLANTED}&sslpassword={PLANTED}&token={PLANTED}",
+     "s3://b/x?X-Amz-Security-Token=***&sslpassword=***&token=***"),
+])
+def test_a_password_in_a_uri_or_a_credential_in_its_query_is_masked(text, shown):
+    assert redact(text) == shown and PLANTED not in redact(text)
+    assert redact(redact(text)) == redact(text)
+
+
+@pytest.mark.parametrize("text", ["postgresql://nmt@127.0.0.1:5432/mlflow", "sqlite:////tmp/runs/mlflow.db",
+                                  "s3://b/x?tokenizer=spm&max_tokens=4096&keyword=a&passfile=/p&sslkey=/k",
+                                  "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning",
+                                  "http://127.0.0.1:5000", "s3://bucket/runs?region=us-east-1", "optim.lr=0.002",
+                                  "trial 3f2a epoch 1/2  dev_bleu 12.5", "/data/ja-en/train.parquet"])
+def test_everything_else_is_left_as_it_was(text):
+    assert redact(text) == text
+
+
+def test_params_tags_errors_and_dataset_inputs_are_recorded_redacted(tmp_path):
+    """Against a real MLflow store: what ``runs`` records never holds the password."""
+    from platform.tracking import runs
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    data = f"s3://AKIAEXAMPLE:{PLANTED}@bucket/datasets/demo"
+    meta = {"splits": {"train": {"files": ["train.ja"], "pairs_written": 10}}, "src_lang": "ja", "tgt_lang": "en"}
+    run_id = runs.start_run(uri, "secrets", "r1", {"data": data}, {"source_data": data}, "model: {}\n")
+    runs.log_dataset_inputs(uri, run_id, data, meta)
+    runs.tag_run(uri, run_id, {"init_from": data})
+    runs.end_run(uri, run_id, error=OSError(f"cannot read {data}/train.parquet"))
+    _, (run,) = runs_of(uri, "secrets")
+    recorded = [*run.data.params.values(), *run.data.tags.values(),
+                *(i.dataset.source + i.dataset.name for i in run.inputs.dataset_inputs)]
+    assert not [value for value in recorded if PLANTED in value]
+    assert run.data.params["data"] == f"s3://AKIAEXAMPLE:{MASK}@bucket/datasets/demo"
+    assert (tmp_path / "mlflow.db").read_bytes().count(PLANTED.encode()) == 0
+
+
+CLI = """
+import sys
+from platform.errors import UserError, run_cli
+
+def main(argv):
+    print("reading s3://AKIAEXAMPLE:{planted}@bucket/data")
+    print("writing s3://AKIAEXAMPLE:{planted}@bucket/data", file=sys.stderr)
+    raise UserError("s3://AKIAEXAMPLE:{planted}@bucket/data: Access Denied")
+
+run_cli(main, data_on_stdout=sys.argv[1] == "data")
+"""
+
+
+def test_every_commands_console_shows_no_password_but_data_on_stdout_stays_as_it_was():
+    """``run_cli``, which every command runs through: its stdout and stderr, the error line
+    included, are redacted; a command whose stdout is its data (translations) keeps that stdout."""
+    def command(kind: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", CLI.format(planted=PLANTED), kind], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    shown = command("console")
+    assert shown.returncode == 2 and PLANTED not in shown.stdout + shown.stderr
+    assert "reading s3://AKIAEXAMPLE:***@bucket/data" in shown.stdout
+    assert "error: s3://AKIAEXAMPLE:***@bucket/data: Access Denied" in shown.stderr
+    data = command("data")
+    assert f"reading s3://AKIAEXAMPLE:{PLANTED}@bucket/data" in data.stdout and PLANTED not in data.stderr
+
+
+def test_a_sweeps_log_file_shows_no_password():
+    record = logging.LogRecord("mlflow", logging.WARNING, __file__, 1, "retrying %s",
+                               (f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/mlflow",), None)
+    assert RedactingFormatter("%(message)s").format(record) == "retrying postgresql://nmt:***@127.0.0.1:5432/mlflow"
+
+
+FAKE_PG_DUMP = """#!/bin/sh
+printf '%s\\n' "$@" > "$(dirname "$0")/argv"
+printf '%s' "$PGPASSWORD" > "$(dirname "$0")/password"
+printf 'PGDMP'
+"""
+
+
+def test_a_backup_hands_pg_dump_the_password_in_its_environment_not_on_its_command_line(tmp_path):
+    """``ps`` shows every process's command line to every user: ``pg_dump`` gets the URL
+    without its password, and the password in ``PGPASSWORD``; the console line hides it."""
+    fake = tmp_path / "bin" / "pg_dump"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_PG_DUMP)
+    fake.chmod(0o755)
+    database = f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/mlflow"
+    result = subprocess.run([sys.executable, "-m", "platform.backup", "--database", database, "--to",
+                             str(tmp_path / "backups"), "--pg-dump", str(fake)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    argv = (fake.parent / "argv").read_text()
+    assert PLANTED not in argv and "--dbname=postgresql://nmt@127.0.0.1:5432/mlflow" in argv
+    assert (fake.parent / "password").read_text() == PLANTED
+    assert "backed up postgresql://nmt:***@127.0.0.1:5432/mlflow" in result.stderr
+    assert PLANTED not in result.stdout + result.stderr
+
+
+
+def test_a_study_storage_password_stays_out_of_what_tune_pickles(postgres, monkeypatch):
+    """The Optuna storage the searcher holds (Ray Tune pickles it into the sweep's saved state)
+    keeps the URL without its password; libpq gets the password from ``PGPASSWORD``."""
+    import pickle
+
+    import optuna
+
+    from platform.launch.study import load_study, open_storage
+
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    url = postgres.database("pickled_study").replace("://nmt@", f"://nmt:{PLANTED}@")
+    storage = open_storage(url)
+    optuna.create_study(study_name="s", storage=storage).optimize(lambda trial: trial.suggest_float("x", 0, 1), 2)
+    assert PLANTED.encode() not in pickle.dumps(storage)
+    assert os.environ["PGPASSWORD"] == PLANTED
+    assert len(load_study(url, "s").trials) == 2
