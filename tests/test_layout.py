@@ -49,7 +49,7 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     assert 'optuna-dashboard "$NMT_STUDY_STORAGE" --host 127.0.0.1 --port 8080' in commands
     # artifacts straight to S3 from every node: the server hands out s3:// locations, proxies no bytes
     assert '--default-artifact-root "$MLFLOW_ARTIFACTS" --no-serve-artifacts' in commands
-    assert config["file_mounts"] == {"~/syntax-nmt": "."}
+    assert config["file_mounts"] == {"~/syntax-nmt": ".", "~/.ray/auth_token": "~/.ray/auth_token"}  # Ray's token
     node_types = config["available_node_types"]
     assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g")
     assert node_types["gpu_worker"]["min_workers"] == 0

@@ -500,7 +500,7 @@ def test_a_killed_processs_scratch_directories_go_with_the_next_ones_and_no_othe
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
+    gone.wait(timeout=60)
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         dead_dir = tmp_path / f"nmt-worker-{gone.pid}-abc"
@@ -513,7 +513,7 @@ def test_a_killed_processs_scratch_directories_go_with_the_next_ones_and_no_othe
         assert not dead_dir.exists() and live_dir.is_dir() and other.is_dir()
     finally:
         alive.kill()
-        alive.wait()
+        alive.wait(timeout=60)
 
 
 RUN_CLI = """

@@ -110,7 +110,7 @@ def test_the_session_cluster_runs_with_rays_token_authentication(ray_cluster, tm
     finally:
         refused.kill()
         out = refused.stdout.read()
-        refused.wait()
+        refused.wait(timeout=60)
     assert "joined" not in out
     joined = driver(os.environ["RAY_AUTH_TOKEN_PATH"])
     out, err = joined.communicate(timeout=120)
