@@ -125,7 +125,7 @@ def recover_directory(out: Path) -> None:
 
 
 def owned_scratch(prefix: str) -> Path:
-    """A new temporary directory named after this process (``<prefix><pid>-XXXX``), made after
+    """A new temporary directory named after this process (``<prefix><pid>-<random>``), made after
     removing the ones of the same prefix whose process is gone: a SIGKILLed worker's (which no
     ``finally`` cleaned) would otherwise stay, a best checkpoint each, until a long sweep fills
     the disk."""

@@ -49,7 +49,7 @@ def test_the_pattern_finds_what_it_is_for():
                  "from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor"):
         assert PRIVATE.search(line), line
     assert not PRIVATE.search("from ray.tune.search.optuna import OptunaSearch")
-    assert not PRIVATE.search("address = ray.util.get_node_ip_address()")  # public
+    assert not PRIVATE.search("node = ray.get_runtime_context().get_node_id()")  # public
 
 
 def test_the_installed_versions_have_every_private_api_used():
