@@ -143,8 +143,8 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
         after this callback, may fail its own ``end_run`` as its training is interrupted, and
         that must not turn a pruned trial into a FAILED run (nor leave its error tag).
 
-        The closing happens in the ``RunCloser``'s thread, never in Tune's event loop: during a
-        tracking outage it waits for the server while the other trials go on."""
+        ``RunCloser`` closes it at once while the store answers; during a tracking outage its
+        thread waits for the server, not Tune's event loop, and the other trials go on."""
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._close(trial, error=None)
