@@ -49,3 +49,36 @@ def test_the_relay_outlives_the_handle_its_starter_dropped(ray_cluster, tmp_path
     a_dropped_actor_was_torn_down(ray, tmp_path, "second")
     assert actor_state(relay.relay_name(uri)) == "ALIVE", "finding the relay again tore it down"
     assert ray.get(look_up.remote(uri))
+
+
+def test_one_runs_calls_wait_for_each_other_while_another_runs_calls_go_on(tmp_path):
+    """The relay's promise for the calls it carries (its actor's threads run several at once):
+    a call about a run waits for the one before it about the same run, so a reopen stuck in
+    MLflow's retries cannot land after the close that followed it; a call about another run
+    does not wait.  The actor's class itself, in threads, on a real store."""
+    import threading
+
+    events, release = [], threading.Event()
+    actor = relay.MlflowRelay(f"sqlite:///{tmp_path}/mlflow.db")
+
+    def stuck(client, run_id):
+        events.append(f"{run_id} first")
+        release.wait(30)
+        events.append(f"{run_id} first done")
+
+    def then(client, run_id, name):
+        events.append(name)
+
+    calls = [threading.Thread(target=actor.run, args=(stuck, ("run-a",), {}))]
+    calls[0].start()
+    wait_for(lambda: events == ["run-a first"], 30, "run a's first call")
+    calls += [threading.Thread(target=actor.run, args=(then, ("run-a", "run-a second"), {})),
+              threading.Thread(target=actor.run, args=(then, ("run-b", "run-b's call"), {}))]
+    for call in calls[1:]:
+        call.start()
+    wait_for(lambda: "run-b's call" in events, 30, "run b's call, while run a's first is stuck")
+    assert "run-a second" not in events  # behind run a's first
+    release.set()
+    for call in calls:
+        call.join(timeout=30)
+    assert events.index("run-a first done") < events.index("run-a second")
