@@ -9,7 +9,6 @@ its ``error.txt``; Tune's tables are off.  ``platform.tune --verbose`` shows all
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from platform.launch.summary import trial_status
-from platform.redaction import RedactingFormatter, redact
+from platform.redaction import RedactingFormatter, RedactingStream, redact
 from platform.tracking.tables import format_table, number
 from platform.training.metrics import SHOWN, shown
 
@@ -50,21 +49,15 @@ def quiet_logging(log_file: Path) -> Path:
     return log_file
 
 
-class _RayletLineFilter(io.TextIOBase):
+class _RayletLineFilter(RedactingStream):
     """The terminal minus the raylet's warnings: Ray prints them to the driver's ``sys.stdout``
     with a ``(raylet)`` prefix whatever ``log_to_driver`` says (e.g. "8 PYTHON worker processes
-    have been started"); those lines go to the log file instead."""
+    have been started"); those lines go to the log file instead (redacted, as the log's records)."""
 
     def __init__(self, terminal, log) -> None:
-        self.terminal, self.log, self.pending = terminal, log, ""
+        super().__init__(terminal)
+        self.log, self.pending = log, ""
         self.lock = threading.Lock()  # Ray's error-message thread writes too
-
-    @property
-    def encoding(self):
-        return self.terminal.encoding
-
-    def writable(self) -> bool:
-        return True
 
     def write(self, text: str) -> int:
         with self.lock:
@@ -74,7 +67,7 @@ class _RayletLineFilter(io.TextIOBase):
                 if _ANSI.sub("", line).lstrip().startswith("(raylet)"):
                     self._to_log(redact(line) + "\n")
                 else:
-                    self.terminal.write(line + "\n")
+                    self.stream.write(line + "\n")
         return len(text)
 
     def _to_log(self, text: str) -> None:
@@ -86,19 +79,13 @@ class _RayletLineFilter(io.TextIOBase):
     def flush(self) -> None:
         with self.lock:
             if self.pending:
-                self.terminal.write(self.pending)
+                self.stream.write(self.pending)
                 self.pending = ""
-        self.terminal.flush()
+        self.stream.flush()
         try:
             self.log.flush()
         except (ValueError, OSError):
             pass
-
-    def isatty(self) -> bool:
-        return self.terminal.isatty()
-
-    def fileno(self) -> int:
-        return self.terminal.fileno()
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
