@@ -30,6 +30,8 @@ sys.path[:0] = [str(ROOT / "tests" / "launch"), str(ROOT / "tests"), str(ROOT)]
 
 from test_no_shared_disk import HiddenNodeCluster  # noqa: E402  (test infrastructure, reused)
 
+from platform.tracking.store import SERVER_ENV  # noqa: E402
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -50,7 +52,8 @@ def main() -> int:
         server = subprocess.Popen(
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
              "--backend-store-uri", f"sqlite:///{work}/mlflow.db", "--artifacts-destination", str(work / "artifacts"),
-             "--workers", "1"], stdout=open(server_log, "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+             "--workers", "1"], stdout=open(server_log, "wb"), stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **SERVER_ENV})
         _wait_health(f"http://127.0.0.1:{port}")
         size_flags = ["--smoke"] if args.size == "smoke" else ["--size", "cpu"]
         if args.size == "sweep":  # the Quickstart sweep's trial model (its preset, applied as train would)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from helpers import free_port, validated_epochs, wait_for
 
+from platform.tracking.store import SERVER_ENV
+
 
 class MlflowServer:
     """A real ``mlflow server`` on 127.0.0.1 that can be stopped and started again.
@@ -44,7 +46,8 @@ class MlflowServer:
              "--backend-store-uri", self.backend, "--workers", "1",
              *(["--default-artifact-root", self.artifact_root, "--no-serve-artifacts"] if self.artifact_root else
                ["--artifacts-destination", str(self.directory / "artifacts")])],
-            stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True, env=self.env)
+            stdout=subprocess.DEVNULL, stderr=open(log, "ab"), start_new_session=True,
+            env={**(self.env or os.environ), **SERVER_ENV})
         import urllib.request
 
         deadline = time.time() + 180

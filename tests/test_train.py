@@ -74,6 +74,15 @@ def test_a_model_trains_in_smoke_mode_through_ray_and_logs_dev_bleu(ray_cluster,
         config_yaml = client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))
         logged = [*run.data.params.values(), *run.data.tags.values(), open(config_yaml).read()]
         assert not any(SECRET in text for text in logged)
+        # a local cluster's training runs without Ray Train's preemption watcher (nothing there
+        # can be reclaimed), with the controller's other actors
+        from ray.util.state import list_actors
+
+        context = ray_cluster.get_runtime_context()
+        classes = {a.class_name for a in list_actors(address=context.gcs_address, limit=10_000,
+                                                     filters=[("job_id", "=", context.get_job_id())],
+                                                     raise_on_missing_output=False)}
+        assert "TrainController" in classes and "PreemptionWatcher" not in classes, classes
 
 
 @pytest.mark.parametrize("model", sorted(set(MODELS) - set(THROUGH_RAY)))

@@ -20,6 +20,9 @@ RUNTIME_EXCLUDES = [".git", "/data", "/runs", "/mlruns", "*.db", ".venv", "venv"
 # default): an epoch's result reaches Tune (and ASHA), and a finished training its end, up to that
 # late, which a sweep of short trials pays per epoch and per trial (a poll is cheap)
 RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
+# and on a cluster on this machine's loopback (no node a cloud provider can reclaim) without the
+# preemption watcher, an actor process per training run that would watch for spot reclaims
+LOCAL_RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
@@ -31,8 +34,10 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to
     if ray.is_initialized():
         return
     compat.check()  # a Ray or MLflow that moved a private API the platform uses: said now, not mid-sweep
-    with _on_loopback(address is None or on_loopback(address)):
-        ray.init(**ray_init_kwargs(address, num_cpus), log_to_driver=log_to_driver, logging_level="WARNING")
+    local = address is None or on_loopback(address)
+    with _on_loopback(local):
+        ray.init(**ray_init_kwargs(address, num_cpus, local=local), log_to_driver=log_to_driver,
+                 logging_level="WARNING")
 
 
 def on_loopback(address: str) -> bool:
@@ -59,14 +64,17 @@ def _on_loopback(local: bool):
         yield
 
 
-def ray_init_kwargs(address: str | None, num_cpus: int | None = None) -> dict:
+def ray_init_kwargs(address: str | None, num_cpus: int | None = None, local: bool | None = None) -> dict:
     """How the CLIs start or join Ray: the repository as working_dir.  A local cluster (started
     by ``start_ray``) lives on loopback: its node address is 127.0.0.1, so Ray's GCS, raylet,
     workers and agents listen there only (Ray binds its servers to the node address), as does
     the dashboard (reach it through ``ssh -L 8265:127.0.0.1:8265``); nothing is exposed on a
-    laptop or a shared box."""
+    laptop or a shared box.  ``local``: the cluster is on this machine's loopback (default: only
+    one started here)."""
+    local = address is None if local is None else local
+    env_vars = {**RAY_TRAIN_ENV, **(LOCAL_RAY_TRAIN_ENV if local else {})}
     kwargs = {"address": address, "runtime_env": {"working_dir": str(ROOT), "excludes": RUNTIME_EXCLUDES,
-                                                  "env_vars": dict(RAY_TRAIN_ENV)}}
+                                                  "env_vars": env_vars}}
     if address is None:
         kwargs["dashboard_host"] = "127.0.0.1"
         kwargs[compat.NODE_IP_ADDRESS] = "127.0.0.1"

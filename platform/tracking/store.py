@@ -18,6 +18,11 @@ from platform.tracking.relay import RelayClient, find_relay
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
+# The environment an ``mlflow server`` for the platform runs in (ray_cluster.yaml's head, the
+# tests' servers): no job runner.  MLflow 3 starts one by default, for its GenAI jobs, which the
+# platform never submits: seven Huey consumer processes, about 20 CPU-seconds per server start.
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
 
 def default_tracking_uri() -> str:
     """``sqlite:///<cwd>/mlflow.db``: the store when neither a flag nor the environment names one."""
