@@ -8,7 +8,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT
+
+pytestmark = pytest.mark.slow  # it trains: the benchmark's loop, study and confirmation runs
 
 
 def first_sentences(source, target, count: int) -> None:
