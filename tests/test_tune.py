@@ -93,14 +93,14 @@ def test_smoke_sweep_makes_a_parent_and_child_runs_that_match_the_summary(ray_cl
 
 
 def extend_then_warm_start(demo_dataset, tmp_path, capsys, parent, children):
-    """The finished sweep s1 extended by 2 trials: the same study and parent run, the searcher
+    """The finished sweep s1 extended by a trial: the same study and parent run, the searcher
     and ASHA's rungs as the first experiment left them; then a new sweep warm-started from it."""
     import optuna
     from helpers import rungs, saved_state
 
     uri, first = f"sqlite:///{tmp_path}/mlflow.db", {c.data.tags["trial_id"] for c in children}
     capsys.readouterr()
-    assert tune.main(sweep_args(demo_dataset, tmp_path, "--extend", "s1", "--num-trials", "2")) == 0
+    assert tune.main(sweep_args(demo_dataset, tmp_path, "--extend", "s1", "--num-trials", "1")) == 0
     out = capsys.readouterr().out
     client, runs = runs_of(uri, "sweep")
     (again,) = [r for r in runs if r.data.tags.get("sweep_parent") == "s1"]
@@ -108,28 +108,28 @@ def extend_then_warm_start(demo_dataset, tmp_path, capsys, parent, children):
     assert again.data.tags["extensions"] == "1"
     grown = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     added = {r.data.tags["trial_id"] for r in grown} - first
-    assert len(grown) == len(children) + 2 and len(added) == 2
+    assert len(grown) == len(children) + 1 and len(added) == 1
     study = optuna.load_study(study_name="s1", storage=f"sqlite:///{tmp_path}/runs/s1/optuna.db")
-    assert [t.number for t in study.trials] == list(range(len(children) + 2))  # the same study, numbered on
+    assert [t.number for t in study.trials] == list(range(len(children) + 1))  # the same study, numbered on
     new_params = [t.params for t in study.trials[len(children):]]
     assert all(p not in [t.params for t in study.trials[:len(children)]] for p in new_params)
-    # the extension's searcher was the first experiment's: it knows all five trials, and the
+    # the extension's searcher was the first experiment's: it knows all four trials, and the
     # scheduler's first rung holds the first experiment's trials beside the new ones
     saved_study, scheduler = saved_state(str(tmp_path / "runs" / "s1-extend-1"))
-    assert len(saved_study.trials) == len(children) + 2
+    assert len(saved_study.trials) == len(children) + 1
     assert first <= rungs(scheduler)[1] and rungs(scheduler)[1] & added
     summary = client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path / "extended"))
-    assert Path(summary).read_text().count("\n") == len(children) + 2 + 1  # every trial of both experiments
+    assert Path(summary).read_text().count("\n") == len(children) + 1 + 1  # every trial of both experiments
     assert "best: trial" in out
     # a new sweep that starts from s1's finished trials (the same space: all of them carried)
     assert tune.main(sweep_args(demo_dataset, tmp_path, "--name", "w1", "--warm-start-from", "s1",
                                 "--num-trials", "1", "--max-epochs", "1")) == 0
     out = capsys.readouterr().out
-    assert f"warm start: carried {len(children) + 2} of the {len(children) + 2} finished trials of sweep s1" in out
+    assert f"warm start: carried {len(children) + 1} of the {len(children) + 1} finished trials of sweep s1" in out
     warm = optuna.load_study(study_name="w1", storage=f"sqlite:///{tmp_path}/runs/w1/optuna.db")
     carried = [t for t in warm.trials if t.user_attrs.get("warm_start_from") == "s1"]
-    assert len(carried) == len(children) + 2 and len(warm.trials) == len(carried) + 1
-    assert sorted(t.user_attrs["warm_start_trial"] for t in carried) == list(range(len(children) + 2))
+    assert len(carried) == len(children) + 1 and len(warm.trials) == len(carried) + 1
+    assert sorted(t.user_attrs["warm_start_trial"] for t in carried) == list(range(len(children) + 1))
     assert [t.values for t in carried] == [t.values for t in study.trials]
     workers_cannot_write_what_resume_unpickles(tmp_path / "runs")
 
