@@ -393,3 +393,27 @@ def worker_may_write(key: str) -> bool:
 
     effects = {statement["Effect"] for statement in policy["Statement"] if matches(statement)}
     return effects == {"Allow"}
+
+
+def alive_actors() -> list[str]:
+    """Each alive actor's class, state, process and required resources (what a leak leaves behind)."""
+    from ray.util.state import list_actors
+
+    return [f"{a.class_name} pid={a.pid} resources={a.required_resources} name={a.name!r}"
+            for a in list_actors(filters=[("state", "!=", "DEAD")], detail=True)]
+
+
+def assert_the_cluster_is_free(timeout: float = 180) -> None:
+    """Every CPU of the cluster back and no placement group left (a slow teardown on a busy
+    machine is not a leak: a leak never ends)."""
+    import ray
+    from ray.util import placement_group_table
+
+    total = ray.cluster_resources()["CPU"]
+    try:
+        wait_for(lambda: ray.available_resources().get("CPU", 0) == total, timeout, "every CPU back")
+    except AssertionError as error:
+        raise AssertionError(f"{error} ({ray.available_resources().get('CPU', 0)} of {total} free); "
+                             f"alive: {alive_actors()}; placement groups: {placement_group_table()}") from None
+    live = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert live == []  # no leaked placement groups

@@ -1,6 +1,6 @@
 """The one redaction rule (``platform.redaction``) and the places that apply it: MLflow params,
 tags and dataset inputs, the console of every command (stderr; stdout where it is not data), a
-sweep's ``console.log``.  The multi-node S3 test and the killed-driver sweep plant secrets in a
+sweep's ``console.log``.  The multi-node S3 test and the autoscaling sweep (its head restarted) plant secrets in a
 dataset URI and a database URL and search everything a real run leaves for them."""
 
 from __future__ import annotations

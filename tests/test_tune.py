@@ -2,11 +2,12 @@
 
 import re
 import statistics
+import threading
+import time
 from pathlib import Path
 
 import pytest
-from helpers import runs_of, sweep_args
-from mlflow.tracking import MlflowClient
+from helpers import runs_of, sweep_args, validated_epochs, wait_for
 
 from platform import tune
 
@@ -181,21 +182,52 @@ class StudyWatcher:
         return self.seen
 
 
-def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_baseline(ray_cluster, demo_dataset,
-                                                                                        tmp_path, capsys):
+def test_a_papers_sweep_through_a_tracking_outage_confirms_its_best_config_on_test_against_the_baseline(
+        ray_cluster, demo_dataset, tmp_path, capsys, request):
     """--search random --scheduler none --confirm 1 on the papers space: trials of several
-    recipes with their own knobs, the live study read while the sweep runs, then the best
-    config and the baseline retrained with 2 seeds each, scored on test, and compared."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    recipes with their own knobs, two at a time, the live study read while the sweep runs, then
+    the best config and the baseline retrained with 2 seeds each, scored on test, and compared.
+    Through a real MLflow server that is SIGKILLed once a trial has logged epoch 1 and started
+    again 10 s later, its relay actor killed meanwhile (Ray starts it again): trials and the
+    confirmation open, log and close their runs around the outage, the driver closes the
+    others' (in its own thread once the server is down), every run and metric is in the store
+    afterwards, and the sweep leaves no actor or placement group holding the cluster."""
+    from helpers import assert_the_cluster_is_free
+    from servers import MlflowOutage
+
+    from platform.tracking.relay import relay_name
+
+    (tmp_path / "mlflow").mkdir()
+    outage = MlflowOutage(tmp_path / "mlflow", seconds=10).__enter__()
+    request.addfinalizer(lambda: outage.__exit__(None, None, None))  # the server stopped with the test
+    uri = outage.uri
     args = sweep_args(demo_dataset, tmp_path, "--name", "p1", "--num-trials", "2", "--search", "random",
                       "--scheduler", "none", "--confirm", "1", "--confirm-seeds", "2", "--max-concurrent", "2",
                       "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8",
-                      "--register-model", "nmt-papers", experiment="papers", space="papers")
+                      "--register-model", "nmt-papers", experiment=outage.EXPERIMENT, space="papers")
+    args[args.index("--tracking-uri") + 1] = uri
+    killed = []
+
+    def kill_the_relay_during_the_outage():  # Ray starts it again (max_restarts)
+        import ray
+
+        wait_for(lambda: outage.times, 400, "the server down")
+        ray.kill(ray.get_actor(relay_name(uri)), no_restart=False)
+        killed.append(time.time())
+
+    killer = threading.Thread(target=kill_the_relay_during_the_outage, daemon=True)
+    killer.start()
     watcher = StudyWatcher(tmp_path / "runs" / "p1" / "optuna.db", "p1")
     try:
-        assert tune.main(args) == 0
+        assert tune.main(args) == 0  # the outage does not stop the sweep
     finally:
         seen = watcher.stop()
+    ended = time.time()
+    killer.join(timeout=60)
+    assert not outage.failures and len(outage.times) == 2 and outage.times[1] < ended  # during the sweep
+    assert killed and killed[0] < ended
+    assert_the_cluster_is_free()
+    client, runs = runs_of(uri, outage.EXPERIMENT)
     out = capsys.readouterr().out
     # the study held its trials while the sweep ran (a trial still RUNNING), and every one at the end
     assert any("RUNNING" in states for states in seen), seen[-5:]
@@ -203,11 +235,14 @@ def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_
 
     study = optuna.load_study(study_name="p1", storage=f"sqlite:///{tmp_path}/runs/p1/optuna.db")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2  # no scheduler: every trial ran to its end
-    client, runs = runs_of(uri, "papers")
     parent = next(r for r in runs if r.data.tags.get("sweep_parent") == "p1")
+    assert parent.info.status == "FINISHED" and "summary.md" in {a.path for a in client.list_artifacts(
+        parent.info.run_id)}
     assert parent.data.params["searcher"] == "optuna-random" and parent.data.params["scheduler"] == "none"
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") and r.data.tags.get("stage") != "confirm"]
     confirms = [r for r in runs if r.data.tags.get("stage") == "confirm"]
+    assert all(r.info.status == "FINISHED" and validated_epochs(client, r.info.run_id) == [1, 2] for r in trials), \
+        [(r.info.run_name, r.info.status) for r in trials]  # every epoch in the store, once
     # the papers space: the first points are DBSA (deguchi2019/enc+dec) and dep+rel, each with its own knobs
     recipes = {r.data.tags["recipe"]: r for r in trials}
     assert {"deguchi2019/enc+dec", "omote2019/dep+rel"} <= set(recipes)
@@ -253,7 +288,8 @@ def test_a_papers_sweep_confirms_its_best_config_on_test_with_seeds_against_the_
     assert f"the confirmation's winner: {winner}, run {version.run_id}" in out
     # platform.report prints the table
     from platform import report
-    assert report.main(["--experiment", "papers", "--out", str(tmp_path / "report"), "--tracking-uri", uri]) == 0
+    assert report.main(["--experiment", outage.EXPERIMENT, "--out", str(tmp_path / "report"), "--tracking-uri",
+                        uri]) == 0
     assert "Confirmation on test: sweep p1" in (tmp_path / "report" / "report.md").read_text()
 
 
@@ -289,25 +325,49 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
     assert "optuna/pareto_front.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
 
 
-def test_a_sweep_in_which_every_trial_failed_exits_non_zero_without_a_best_config(ray_cluster, demo_dataset, tmp_path,
-                                                                                   capsys):
-    import shutil
+DIVERGING_SPACE = """\
+# the baseline at a learning rate that makes the loss NaN in its first updates
+model: transformer
+params:
+  optim.lr: {type: categorical, choices: [1.0e+30]}
+  model.dropout: {type: float, low: 0.0, high: 0.3}
+"""
 
+
+def test_a_sweep_whose_every_trial_diverges_fails_each_once_and_exits_non_zero_without_a_best_config(
+        ray_cluster, demo_dataset, tmp_path, capsys):
+    """Each trial's loss becomes NaN at epoch 1: the trial stops with that reason, Ray restarts
+    its workers once (as after any failure), they read that the run diverged and refuse to train
+    again; Optuna records FAIL, and the sweep, with no trial finished, ends non-zero in one line
+    without offering a best config."""
     from platform.errors import UserError
 
-    broken = tmp_path / "broken"
-    shutil.copytree(demo_dataset, broken)
-    (broken / "train.parquet").write_bytes(b"not parquet")  # meta and splits exist: every trial's workers fail
+    space = tmp_path / "diverging.yaml"
+    space.write_text(DIVERGING_SPACE)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = sweep_args(demo_dataset, tmp_path, "--name", "all-fail", "--num-samples", "2", "--max-concurrent", "2",
+                      "--set", "eval.max_sentences=8", space=str(space))
     with pytest.raises(UserError, match=r"^no trial of the sweep finished; the first failed with: .+") as failed:
-        tune.main(sweep_args(broken, tmp_path, "--name", "all-fail", "--num-samples", "2"))
+        tune.main(args)
     assert "\n" not in str(failed.value)
     out = capsys.readouterr().out
     failed_lines = re.findall(r"^\[ *\d+:\d\d\] trial (\w+) FAILED: (.+)$", out, re.M)
     assert len({trial for trial, _ in failed_lines}) == 2 and all(why.strip() for _, why in failed_lines), out
     assert "best:" not in out and "re-run the best config" not in out
     assert not (tmp_path / "runs" / "all-fail" / "best_config.yaml").exists()
-    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
-    parent = client.search_runs([client.get_experiment_by_name("sweep").experiment_id],
-                                "tags.sweep_parent = 'all-fail'")[0]
+    client, runs = runs_of(uri, "sweep")
+    (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "all-fail"]
     assert parent.info.status == "FAILED"
     assert "best_config.yaml" not in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    diverged = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert len(diverged) == 2
+    for run in diverged:  # Ray restarted its workers once; they read that it diverged and refused
+        assert run.info.status == "FAILED" and "retry_refused" in run.data.tags
+        assert "loss became" in run.data.tags["error"]
+        assert re.fullmatch(r"diverged at epoch 1, update \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)",
+                            run.data.tags["diverged"])
+        assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
+    import optuna
+
+    study = optuna.load_study(study_name="all-fail", storage=f"sqlite:///{tmp_path}/runs/all-fail/optuna.db")
+    assert [t.state.name for t in study.trials] == ["FAIL", "FAIL"]

@@ -44,13 +44,14 @@ class RunLogger:
     other ranks, waiting for rank 0 in a collective) never wait on MLflow, whatever MLflow's own
     HTTP retries cost and whether the calls go straight to the store or through the relay actor.
     A call that still fails after those retries stays queued and is retried with later ones (at
-    most once a minute, see ``flush``); a call the store refuses (4xx) is dropped with a warning,
-    except that a run missing from the store raises ``RunLost`` on the next call (every later
-    call would be lost too); ``close`` waits a bounded time, makes a last try and names what is
-    lost.  During an outage the sender first asks an HTTP server's ``/health`` (5 s) before it
-    sends again, so a store that is still down costs seconds, not MLflow's retries.  Reads
-    (``get_tag``, ``metric_steps``) wait at most ``READ_WAIT_S`` and count as unset when the
-    store does not answer.  For a CLI (``keep_going=False``) every call is sent at once and any failure raises.
+    most once a minute, see ``flush``; every few seconds while ``drain`` waits for the queue); a
+    call the store refuses (4xx) is dropped with a warning, except that a run missing from the
+    store raises ``RunLost`` on the next call (every later call would be lost too); ``close``
+    waits a bounded time, makes a last try and names what is lost.  During an outage the sender
+    first asks an HTTP server's ``/health`` (5 s) before it sends again, so a store that is still
+    down costs seconds, not MLflow's retries.  Reads (``get_tag``, ``metric_steps``) wait at most
+    ``READ_WAIT_S`` and count as unset when the store does not answer.  For a CLI
+    (``keep_going=False``) every call is sent at once and any failure raises.
 
     ``held_s`` is the wall time the thread that made the logger spent in its calls (making it,
     writes, reads, drains): on rank 0, how long MLflow held training up (``tracking_wait_s``).
@@ -62,6 +63,9 @@ class RunLogger:
     # server that refuses connections take ~4 min (7 retries, back-off up to 2 min), so a call
     # begun just as the server went down may still be lost: close() names it
     CLOSE_WAIT_S = 150.0
+    # while a caller waits in drain(), the queue is tried again this often (the health check
+    # first), not only after RETRY_AFTER_S: the end of a run follows the store back within seconds
+    DRAIN_RETRY_S = 5.0
 
     def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None):
         self.held_s = 0.0
@@ -72,6 +76,7 @@ class RunLogger:
             self.pending: list[tuple[str, Callable[[], Any]]] = []
             self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none pending)
             self._outage = False  # the last attempt failed: probe before sending again
+            self._said_down_at = -self.RETRY_AFTER_S  # when a probe last said so on the console
             self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
             self._lock = threading.Lock()  # guards pending
             self._sending = threading.Lock()  # one flush at a time
@@ -193,7 +198,10 @@ class RunLogger:
                 return False
             if self._outage and self.pending and (reason := self._down()):
                 self._retry_at = time.monotonic() + self.RETRY_AFTER_S
-                _warn(f"MLflow still unreachable ({reason}); {len(self.pending)} call(s) kept for run {self.run_id}")
+                if time.monotonic() >= self._said_down_at + self.RETRY_AFTER_S:  # drain() asks more often
+                    self._said_down_at = time.monotonic()
+                    _warn(f"MLflow still unreachable ({reason}); {len(self.pending)} call(s) kept for run "
+                          f"{self.run_id}")
                 return False
             while True:
                 with self._lock:
@@ -234,13 +242,14 @@ class RunLogger:
         """Wait up to ``timeout`` s for the sender to empty the queue (one forced try now)."""
         if self._sender is None:
             return self.flush(force=True)
-        self._retry_at = 0.0  # try at once, not at the next minute (after the health check)
-        self._wake.set()
-        deadline = time.monotonic() + timeout
+        deadline, retry = time.monotonic() + timeout, 0.0
         while time.monotonic() < deadline and self._fatal is None:
             with self._lock:
                 if not self.pending:
                     return True
+            if time.monotonic() >= retry:  # try now, not at the next minute (after the health check)
+                self._retry_at, retry = 0.0, time.monotonic() + self.DRAIN_RETRY_S
+                self._wake.set()
             time.sleep(0.1)
         return False
 

@@ -5,11 +5,15 @@ Ray's own ``fake_multinode`` provider (``RAY_FAKE_CLUSTER=1 ray start --head
 --autoscaling-config ...``) gets the file's node types, their resources as AWS reports them
 for the instance types, and their min/max counts.  The head starts with no worker; a sweep
 submitted as a job asks for a GPU per Train worker, Ray's autoscaler adds a ``gpu_worker``
-node, and the trials run there.  The head is then restarted mid-sweep (every Ray process of
-the cluster ended, the job's driver with them); the same command with ``--resume``, submitted
-again, finishes the sweep (a trial the restart interrupted resumes its own run, or, if Tune
-had not saved it yet, its run is closed as lost), ``ray job logs -f`` follows it to its end,
-and the GPU node goes within the file's idle timeout once the sweep is over.
+node, and the trials run there.  MLflow and the live Optuna study are on the cluster's
+PostgreSQL, as ``ray_cluster.yaml`` sets them up (the study's URL with a planted password).  The
+head is then restarted mid-sweep (every Ray process of the cluster ended, the job's driver with
+them); the same command with ``--resume``, submitted again, finishes the sweep (a trial the
+restart interrupted resumes its own run, or, if Tune had not saved it yet, its run is closed as
+lost), ``ray job logs -f`` follows it to its end, and the GPU node goes within the file's idle
+timeout once the sweep is over.  This is the suite's one kill-and-resume sweep on Ray; every
+other searcher and scheduler resumes through the same save and restore without a cluster
+(``test_faults.py::test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it``).
 
 The session's own local cluster is shut down for this test (``own_cluster``): never two
 clusters on the machine at once."""
@@ -26,7 +30,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, ListenerWatch, end_ray_processes_under, free_port, runs_of, wait_for
+from helpers import ROOT, ListenerWatch, end_ray_processes_under, free_port, rungs, runs_of, saved_state, wait_for
+from servers import MlflowServer
 
 pytestmark = pytest.mark.slow
 
@@ -34,6 +39,7 @@ pytestmark = pytest.mark.slow
 INSTANCE_RESOURCES = {"m6i.2xlarge": {"CPU": 8}, "g5.2xlarge": {"CPU": 8, "GPU": 1}}
 IDLE_MINUTES = 0.2
 FAKE_HEAD_TYPE = "ray.head.default"  # the name Ray's fake_multinode provider gives its head node
+PLANTED = "pl4nted-S3cret"  # a password the sweep's study storage URL carries
 
 ALIVE = """
 import json, sys, ray
@@ -63,7 +69,9 @@ def fake_cluster_config(port: int) -> dict:
 
 
 def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_after_a_head_restart_and_lets_them_go(
-        own_cluster, demo_dataset, tmp_path):
+        own_cluster, demo_dataset, postgres, tmp_path, capsys):
+    import optuna
+    import sqlalchemy
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     port, dashboard_port = free_port(), free_port()
@@ -74,15 +82,21 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
     # every process of the fake cluster on 127.0.0.1: as single-machine Ray (the setting Ray reads
     # on macOS and Windows), Ray keeps a loopback node address instead of replacing it by the
     # machine's network address; the autoscaler's monitor starts the fake nodes with it too
+    # the head's PostgreSQL behind MLflow and the live study, as the cluster file exports them before
+    # ``ray start`` (with a password: the server trusts local connections, so any will do); a planted
+    # secret that neither console, the store nor the sweep's files may show (platform.redaction)
+    database = postgres.database("autoscale")
+    study_storage = postgres.database("autoscale_optuna").replace("://nmt@", f"://nmt:{PLANTED}@")
+    (tmp_path / "mlflow").mkdir()
+    server = MlflowServer(tmp_path / "mlflow", backend=database)
     env = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": "",
-           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+           "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "NMT_STUDY_STORAGE": study_storage}
     head = config["available_node_types"][config["head_node_type"]]["resources"]
     ray = str(Path(sys.executable).parent / "ray")
     address, dashboard = f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard_port}"
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
     sweep = [sys.executable, "-m", "platform.tune", "--space", "dbsa", "--smoke", "--data", str(demo_dataset),
              "--num-trials", "2", "--max-concurrent", "1", "--gpus-per-worker", "1", "--address", "auto",
-             "--experiment", "autoscale", "--name", "autoscale-1", "--tracking-uri", uri,
+             "--experiment", "autoscale", "--name", "autoscale-1", "--tracking-uri", "URI",
              "--storage-path", str(tmp_path / "runs"), "--set", "eval.max_sentences=8"]
 
     def start_head():
@@ -102,7 +116,7 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         return sorted(n.get("GPU", 0) for n in json.loads(line.removeprefix("ALIVE ")))
 
     def trials(status: str | None = None) -> list:
-        _, runs = runs_of(uri, "autoscale")
+        _, runs = runs_of(server.uri, "autoscale")
         return [r for r in runs if r.data.tags.get("mlflow.parentRunId") and status in (None, r.info.status)]
 
     # as ``ray job submit -- bash -c "cd ... && python -m platform.tune ..."``
@@ -110,6 +124,8 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         return client.submit_job(entrypoint=f"cd {shlex.quote(str(ROOT))} && {shlex.join(command)}")
 
     watch = ListenerWatch(str(temp_dir)).start()
+    server.start()
+    sweep[sweep.index("URI")] = server.uri
     try:
         client = start_head()
         assert gpus_alive() == [0]  # the head alone, as on a fresh ray up
@@ -137,6 +153,33 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         rest = [r for r in trials() if r.info.status != "FINISHED"]
         assert all(r.info.status == "FAILED" and r.data.tags.get("lost") == "true" for r in rest), \
             [(r.info.run_name, r.info.status, r.data.tags.get("error")) for r in rest]
+        _, runs = runs_of(server.uri, "autoscale")
+        (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "autoscale-1"]
+        assert parent.info.status == "FINISHED" and {r.data.tags["mlflow.parentRunId"] for r in trials()} == {
+            parent.info.run_id}
+        assert (parent.data.params["scheduler"], parent.data.params["searcher"]) == ("asha", "optuna-tpe")
+        # the live study kept its history across the restart: each finished trial once, with its final
+        # state (a trial lost before Tune saved it: FAIL); ASHA's rungs survived it: every finished
+        # trial of both sessions met the first one
+        states = [t.state.name for t in optuna.load_study(study_name="autoscale-1", storage=study_storage).trials]
+        assert len([s for s in states if s in ("COMPLETE", "PRUNED")]) == 2 and set(states) <= {
+            "COMPLETE", "PRUNED", "FAIL"}, states
+        _, scheduler = saved_state(str(tmp_path / "runs" / "autoscale-1"))
+        assert {r.data.tags["trial_id"] for r in done} <= rungs(scheduler)[1]
+        # all of it in PostgreSQL, nothing in a file beside the server, the planted password nowhere
+        assert not (tmp_path / "mlflow" / "mlflow.db").exists() and not (tmp_path / "runs" / "autoscale-1" /
+                                                                          "optuna.db").exists()
+        engine = sqlalchemy.create_engine(database)
+        with engine.connect() as connection:
+            stored = connection.execute(sqlalchemy.text("select count(*) from runs")).scalar()
+            recorded = connection.execute(sqlalchemy.text(
+                "select value from params union all select value from tags "
+                "union all select dataset_source from datasets")).scalars().all()
+        engine.dispose()
+        assert stored == len(runs) and parent.data.params["study_storage"].startswith("postgresql://nmt:***@")
+        assert not [value for value in recorded if PLANTED in value] and PLANTED not in logs
+        leaks = [path for path in tmp_path.rglob("*") if path.is_file() and PLANTED.encode() in path.read_bytes()]
+        assert not leaks and PLANTED not in capsys.readouterr().out, leaks
         idle_s = IDLE_MINUTES * 60
         wait_for(lambda: gpus_alive() == [0], idle_s + 60, f"the idle gpu_worker released ({idle_s:g} s idle timeout)",
                  poll=5)
@@ -146,3 +189,4 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
     finally:
         watch.stop()
         end_ray_processes_under(temp_dir)
+        server.stop()

@@ -1,26 +1,23 @@
-"""Faults done for real to the session's local Ray cluster: a Train worker SIGKILLed mid-epoch,
-the sweep driver's process group SIGKILLed mid-sweep, a diverging trial, and a sweep with more
-trials than fit at once.  MLflow (sqlite) and Optuna are real; nothing is mocked."""
+"""Faults done for real to the session's local Ray cluster: a Train worker SIGKILLed mid-epoch
+while the MLflow server is down; and what a killed sweep driver's resume restores, for every
+searcher and scheduler, without a cluster (the kill itself, on Ray:
+tests/launch/test_autoscaling.py; a sweep through an outage and diverging trials:
+tests/test_tune.py).  MLflow (sqlite) and Optuna are real; nothing is mocked."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import ROOT, rungs, runs_of, saved_state, sweep_args, validated_epochs, wait_for
+from helpers import rungs, runs_of, validated_epochs, wait_for
 from ray_private import train_worker_pids
 from servers import MlflowServer
 
-from platform import train, tune
-from platform.launch.cluster import cluster_records
+from platform import train
 
 
 def alive_train_workers() -> list[int]:
@@ -138,12 +135,6 @@ def test_a_killed_worker_resumes_mid_epoch_in_the_same_run_and_logs_what_an_outa
             server.stop()
 
 
-def optuna_trial_states(sweep_path: Path) -> list[str]:
-    """The Optuna study as the sweep's searcher saved it in the experiment directory."""
-    study, _ = saved_state(str(sweep_path))
-    return [trial.state.name for trial in study.trials]
-
-
 GRID_SPACE = """\
 # a 2 x 2 grid of the baseline
 model: transformer
@@ -151,125 +142,6 @@ params:
   optim.lr: {type: categorical, choices: [1.0e-3, 2.0e-3]}
   dropout: {type: float, low: 0.0, high: 0.3, grid: [0.0, 0.2]}
 """
-
-PLANTED = "pl4nted-S3cret"  # a password the killed-driver sweep's study storage URL carries
-
-# (scheduler, searcher, space, extra flags, configs sampled, trials per config, tracking): the
-# driver killed once on Ray with the default search (ASHA and TPE), on an MLflow server backed by
-# a real PostgreSQL database as on the cluster's head; the other searchers and schedulers resume
-# through the same save and restore, done without a cluster in
-# test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it
-KILLED_DRIVERS = [
-    ("asha", "tpe", "dbsa", [], 4, 1, "postgresql"),
-]
-
-
-@pytest.mark.parametrize("scheduler,searcher,space,extra,configs,seeds,backend", KILLED_DRIVERS,
-                         ids=[f"{s}-{t}-{b}" for s, t, *_, b in KILLED_DRIVERS])
-def test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial(ray_cluster, demo_dataset, tmp_path, scheduler,
-                                                                        searcher, space, extra, configs, seeds, backend,
-                                                                        request, monkeypatch, capsys):
-    server = None
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    study_storage = f"sqlite:///{tmp_path}/runs/k1/optuna.db"
-    env = {**os.environ, "RAY_ADDRESS": ""}
-    if backend == "postgresql":  # runs, nested sweep, live study and resume in PostgreSQL, as on the cluster
-        (tmp_path / "mlflow").mkdir()
-        database = request.getfixturevalue("postgres").database("kill_driver")
-        server = MlflowServer(tmp_path / "mlflow", backend=database)
-        server.start()
-        request.addfinalizer(server.stop)
-        uri = server.uri
-        # with a password (the server trusts local connections, so any will do): a planted secret
-        # that neither console, the store nor the sweep's files may show (platform.redaction)
-        study_storage = request.getfixturevalue("postgres").database("kill_driver_optuna").replace(
-            "://nmt@", f"://nmt:{PLANTED}@")
-        monkeypatch.setenv("NMT_STUDY_STORAGE", study_storage)  # the cluster file's default, for both sessions
-        env["NMT_STUDY_STORAGE"] = study_storage
-    address = ray_cluster.get_runtime_context().gcs_address
-    if space == "grid":
-        space = str(tmp_path / "grid.yaml")
-        (tmp_path / "grid.yaml").write_text(GRID_SPACE)
-    args = sweep_args(demo_dataset, tmp_path, "--name", "k1", "--num-trials", str(configs), "--max-epochs", "3",
-                      "--max-concurrent", "2", "--scheduler", scheduler, "--search", searcher, *extra,
-                      "--set", "eval.max_sentences=8",
-                      experiment="kill-driver", space=space)
-    args[args.index("--tracking-uri") + 1] = uri
-    log = open(tmp_path / "driver.log", "w")
-    driver = subprocess.Popen([sys.executable, "-m", "platform.tune", *args, "--address", address], cwd=ROOT,
-                              stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-    def a_trial_has_reported():
-        _, runs = runs_of(uri, "kill-driver")
-        return any("dev_bleu" in r.data.metrics for r in runs if r.data.tags.get("mlflow.parentRunId"))
-
-    try:
-        wait_for(lambda: driver.poll() is None and a_trial_has_reported(), 300, "a trial's first epoch")
-        wait_for(lambda: list((tmp_path / "runs" / "k1").glob("experiment_state-*.json")), 60,
-                 "Tune's experiment state")
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything in its process group
-        driver.wait(timeout=60)
-        log.close()
-    assert driver.returncode == -signal.SIGKILL, (tmp_path / "driver.log").read_text()[-3000:]
-    _, runs = runs_of(uri, "kill-driver")
-    assert any(r.info.status == "RUNNING" for r in runs)  # what the kill left behind
-
-    assert tune.main(args + ["--resume"]) == 0
-    client, runs = runs_of(uri, "kill-driver")
-    parents = [r for r in runs if r.data.tags.get("sweep_parent") == "k1"]
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
-    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert parents[0].data.params["scheduler"] == scheduler
-    assert parents[0].data.params["searcher"] == f"optuna-{searcher}"
-    trial_ids = [c.data.tags["trial_id"] for c in children]
-    assert len(children) == configs * seeds and len(set(trial_ids)) == len(children)  # none duplicated by the resume
-    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-    assert all(c.info.status == "FINISHED" for c in children), [(c.data.tags["trial_id"], c.info.status)
-                                                                for c in children]
-    if seeds > 1:  # each sampled config trained with seeds 1 and 2
-        by_config = {}
-        for c in children:
-            config = (c.data.params["optim.lr"], c.data.params["dropout"])
-            by_config.setdefault(config, []).append(c.data.params["seed"])
-        assert sorted(sorted(s) for s in by_config.values()) == [["1", "2"]] * configs
-    if searcher == "grid":  # distinct points of the grid
-        points = {(c.data.params["optim.lr"], c.data.params["dropout"]) for c in children}
-        assert len(points) == configs and points <= {(lr, d) for lr in ("0.001", "0.002") for d in ("0.0", "0.2")}
-    # the live study kept its history across the kill: every config once, each with its final state
-    import optuna
-
-    saved = optuna.load_study(study_name="k1", storage=study_storage)
-    assert (backend == "postgresql") != (tmp_path / "runs" / "k1" / "optuna.db").exists()
-    states = [t.state.name for t in saved.trials]
-    assert len(states) == configs and set(states) <= {"COMPLETE", "PRUNED"}, states
-    if scheduler == "none":
-        assert set(states) == {"COMPLETE"}
-    if scheduler == "asha":  # the rungs survived the kill: every trial of both sessions met the first one
-        assert {c.data.tags["trial_id"] for c in children} == saved_rungs(tmp_path / "runs" / "k1")[1]
-    # nothing of either session holds CPUs: what the killed session left reserved the resume released
-    total = ray_cluster.cluster_resources()["CPU"]
-    try:
-        wait_for(lambda: ray_cluster.available_resources().get("CPU", 0) == total, 120, "every CPU back")
-    except AssertionError as error:
-        raise AssertionError(f"{error}; alive: {alive_actors()}; groups: {cluster_records()[2]}") from None
-    if server is not None:  # all of it in PostgreSQL, nothing in a file beside the server
-        import sqlalchemy
-
-        assert not (tmp_path / "mlflow" / "mlflow.db").exists()
-        engine = sqlalchemy.create_engine(database)
-        with engine.connect() as connection:
-            stored = connection.execute(sqlalchemy.text("select count(*) from runs")).scalar()
-            recorded = connection.execute(sqlalchemy.text(
-                "select value from params union all select value from tags "
-                "union all select dataset_source from datasets")).scalars().all()
-        engine.dispose()
-        assert stored == len(children) + 1
-        assert parents[0].data.params["study_storage"].startswith("postgresql://nmt:***@")
-        assert not [value for value in recorded if PLANTED in value]
-        leaks = [path for path in tmp_path.rglob("*") if path.is_file() and PLANTED.encode() in path.read_bytes()]
-        assert not leaks and PLANTED not in capsys.readouterr().out, leaks  # driver.log: the killed console
-
 
 # what Tune hands the searcher and the scheduler for one trial's epochs, and how it ends
 RESUMED_TRIALS = {"t0": [10.0, 12.0, 14.0], "t1": [20.0, 21.0, 22.0], "t2": [5.0, 6.0, 7.0]}
@@ -312,8 +184,8 @@ def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tm
     saved mid-sweep (Tune's ``save_to_dir``, one trial running) are restored into fresh ones,
     which finish the running trial and sample the rest; every trial ends in the study once with
     its final state, a grid gives distinct points, seed repeats keep their groups, and the
-    scheduler keeps its rungs (the kill itself, on Ray:
-    test_a_sweep_whose_driver_is_killed_resumes_with_one_run_per_trial)."""
+    scheduler keeps its rungs (the kill itself, on Ray with the defaults ASHA and TPE:
+    tests/launch/test_autoscaling.py)."""
     from helpers import study_of
 
     from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
@@ -366,112 +238,3 @@ def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tm
         assert points <= {(("dropout", d), ("optim.lr", lr)) for lr in ("0.001", "0.002") for d in ("0.0", "0.2")}
     if scheduler_name == "asha":  # the weak t2 was compared with the rungs saved before the kill
         assert {"t0", "t1", "t2"} <= rungs(resumed_scheduler)[1]
-
-
-def saved_rungs(sweep_path: Path) -> dict[int, set[str]]:
-    """ASHA's rungs as the sweep saved them with its searcher: {milestone epoch: trial ids}."""
-    _, scheduler = saved_state(str(sweep_path))
-    return rungs(scheduler)
-
-
-LOAD_SPACE = """\
-# 6 trials on 2 cores: the baseline with one learning rate that makes the loss NaN
-model: transformer
-metric: dev_bleu
-mode: max
-params:
-  optim.lr: {type: categorical, choices: [1.0e-3, 2.0e-3, 1.0e+30]}
-  model.dropout: {type: float, low: 0.0, high: 0.3}
-first_points:
-  - {optim.lr: 1.0e+30, model.dropout: 0.1}
-"""
-
-
-def test_four_trials_two_at_a_time_with_a_diverging_one_and_a_tracking_outage_all_end_and_free_the_cluster(
-        ray_cluster, demo_dataset, tmp_path):
-    """A sweep through a real MLflow server that is SIGKILLed once a trial has logged epoch 1
-    and started again 20 s later, its relay actor killed meanwhile: trials open, log and close
-    their runs around the outage, the sweep's driver closes the others' (in its own thread once
-    the server is down), and every run and metric is in the store afterwards."""
-    from servers import MlflowOutage
-
-    from platform.tracking.relay import relay_name
-
-    space = tmp_path / "load.yaml"
-    space.write_text(LOAD_SPACE)
-    (tmp_path / "mlflow").mkdir()
-    def refused_and_trained(found) -> bool:  # the outage after the first diverging trial's retry was refused
-        return (any("retry_refused" in r.data.tags for r in found)
-                and any("dev_bleu" in r.data.metrics for r in found))
-
-    outage = MlflowOutage(tmp_path / "mlflow", when=refused_and_trained).__enter__()  # __exit__ stops the server
-    try:
-        uri = outage.uri
-        args = sweep_args(demo_dataset, tmp_path, "--name", "load", "--num-samples", "4", "--max-concurrent", "2",
-                          "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8",
-                          experiment=outage.EXPERIMENT, space=str(space))
-        args[args.index("--tracking-uri") + 1] = uri
-        killed = []
-
-        def kill_the_relay_during_the_outage():  # Ray starts it again (max_restarts)
-            wait_for(lambda: outage.times, 400, "the server down")
-            import ray
-
-            ray.kill(ray.get_actor(relay_name(uri)), no_restart=False)
-            killed.append(time.time())
-
-        killer = threading.Thread(target=kill_the_relay_during_the_outage, daemon=True)
-        killer.start()
-        assert tune.main(args) == 0  # neither the diverging trial nor the outage stops the sweep
-        ended = time.time()
-        killer.join(timeout=60)
-        assert not outage.failures and len(outage.times) == 2 and outage.times[1] < ended  # during the sweep
-        assert killed and killed[0] < ended
-        client, runs = runs_of(uri, outage.EXPERIMENT)
-        (parent,) = [r for r in runs if r.data.tags.get("sweep_parent") == "load"]
-        assert parent.info.status == "FINISHED" and "summary.md" in {a.path for a in client.list_artifacts(
-            parent.info.run_id)}
-        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
-        assert len(children) == 4 and len({c.data.tags["trial_id"] for c in children}) == 4
-        diverged = [c for c in children if float(c.data.params["optim.lr"]) > 1e20]
-        healthy = [c for c in children if float(c.data.params["optim.lr"]) < 1e20]
-        assert diverged and healthy
-        # Ray restarted the first point's workers once; they read that it diverged and refused to train
-        # again (a later diverging trial's restart may fall in the outage, where that read counts as unset)
-        assert any("retry_refused" in run.data.tags for run in diverged)
-        for run in diverged:
-            assert run.info.status == "FAILED"
-            assert "loss became" in run.data.tags["error"] and "diverged at epoch 1" in run.data.tags["diverged"]
-            assert client.get_metric_history(run.info.run_id, "dev_bleu") == []  # no epoch was trained, before or after
-            assert re.fullmatch(r"diverged at epoch 1, update \d+: loss became (nan|inf|-inf) on \d of \d rank\(s\)",
-                                run.data.tags["diverged"])
-        assert all(r.info.status == "FINISHED" for r in healthy)
-        states = optuna_trial_states(tmp_path / "runs" / "load")
-        assert states.count("FAIL") == len(diverged) and len(states) == 4
-        pruned = [r for r in healthy if r.data.tags.get("pruned") == "true"]
-        assert len(pruned) == states.count("PRUNED")  # pruned in Optuna ⇔ pruned=true in MLflow
-        for run in healthy:  # a pruned run stopped at a rung, the others ran every epoch
-            epochs = len(client.get_metric_history(run.info.run_id, "dev_bleu"))
-            assert epochs < 2 if run in pruned else epochs == 2
-
-        import ray
-        from ray.util import placement_group_table
-
-        total = ray.cluster_resources()["CPU"]
-        try:  # no leaked actors (a slow teardown on a busy machine is not a leak: a leak never ends)
-            wait_for(lambda: ray.available_resources().get("CPU", 0) == total, 180, "every CPU back")
-        except AssertionError as error:
-            raise AssertionError(f"{error} ({ray.available_resources().get('CPU', 0)} of {total} free); "
-                                 f"alive: {alive_actors()}; placement groups: {placement_group_table()}") from None
-        live = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
-        assert live == []  # no leaked placement groups
-    finally:
-        outage.__exit__(None, None, None)
-
-
-def alive_actors() -> list[str]:
-    """Each alive actor's class, state, process and required resources (what a leak leaves behind)."""
-    from ray.util.state import list_actors
-
-    return [f"{a.class_name} pid={a.pid} resources={a.required_resources} name={a.name!r}"
-            for a in list_actors(filters=[("state", "!=", "DEAD")], detail=True)]

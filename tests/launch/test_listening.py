@@ -3,7 +3,7 @@
 import os
 import subprocess
 
-from helpers import LOOPBACK, descendants, listening
+from helpers import LOOPBACK, SECRET, descendants, listening
 
 from platform.tracking.relay import start_relay
 
@@ -27,9 +27,12 @@ def test_a_local_cluster_listens_on_loopback_only(ray_cluster, tmp_path):
 def test_two_worker_training_listens_on_loopback_only_and_logs_one_run_with_workers_2(ray_cluster, demo_dataset,
                                                                                       tmp_path):
     """Every listening socket of the cluster's processes, sampled all through a real 2-worker
-    DDP training: torch's store on rank 0 and gloo's pairs included, none beyond loopback (Ray
-    Train's own set-up served the store on ``*:port``).  The training is one MLflow run with
-    ``workers`` 2, the node's system metrics (sampled by its first worker only) and its datasets."""
+    DDP training of DBSA: torch's store on rank 0 and gloo's pairs included, none beyond loopback
+    (Ray Train's own set-up served the store on ``*:port``).  The training is one MLflow run with
+    ``workers`` 2, the node's system metrics (sampled by its first worker only), its datasets,
+    DBSA's parsing scores and attention plot, and no trace of the environment's secret; Ray Train
+    ran it without its preemption watcher (a local cluster has nothing to reclaim).  (What every
+    smoke run through Ray logs: tests/test_train.py.)"""
     import threading
     import time
 
@@ -42,7 +45,7 @@ def test_two_worker_training_listens_on_loopback_only_and_logs_one_run_with_work
     outcome = {}
 
     def training():
-        outcome["code"] = train.main(["--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
+        outcome["code"] = train.main(["--model", "dbsa", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
                                       "--data", str(demo_dataset), "--experiment", "ddp",
                                       "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
                                       "--storage-path", str(tmp_path / "runs"), "--max-failures", "0"])
@@ -57,7 +60,7 @@ def test_two_worker_training_listens_on_loopback_only_and_logs_one_run_with_work
     assert train_workers, f"no Train worker was seen listening: {sorted(seen)}"  # the samples covered training
     exposed = sorted((address, owner) for address, owner in seen if not address.startswith(LOOPBACK))
     assert not exposed, f"listening beyond loopback: {exposed}"
-    _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "ddp")
+    client, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "ddp")
     assert len(runs) == 1
     assert runs[0].data.params["workers"] == "2" and runs[0].info.status == "FINISHED"
     system = {name for name in runs[0].data.metrics if name.startswith("system/")}  # one node: one sampler
@@ -65,6 +68,23 @@ def test_two_worker_training_listens_on_loopback_only_and_logs_one_run_with_work
     assert {name.split("/")[1] for name in system} == {_platform.node()}
     contexts = {t.value for i in runs[0].inputs.dataset_inputs for t in i.tags if t.key == "mlflow.data.context"}
     assert contexts == {"train", "dev", "test"}  # the Dataset column of MLflow's runs table
+    run = runs[0]
+    assert run.data.params["model"] == "dbsa"
+    assert "dev_uas_enc" in run.data.metrics and "dev_uas_dec" in run.data.metrics
+    assert "plots/parse_attention.png" in {a.path for a in client.list_artifacts(run.info.run_id, "plots")}
+    # the environment (here a fake secret the session exported before starting Ray) is never logged
+    config_yaml = client.download_artifacts(run.info.run_id, "config.yaml", str(tmp_path))
+    logged = [*run.data.params.values(), *run.data.tags.values(), open(config_yaml).read()]
+    assert not any(SECRET in text for text in logged)
+    # a local cluster's training runs without Ray Train's preemption watcher (nothing there can be
+    # reclaimed), with the controller's other actors
+    from ray.util.state import list_actors
+
+    context = ray_cluster.get_runtime_context()
+    classes = {a.class_name for a in list_actors(address=context.gcs_address, limit=10_000,
+                                                 filters=[("job_id", "=", context.get_job_id())],
+                                                 raise_on_missing_output=False)}
+    assert "TrainController" in classes and "PreemptionWatcher" not in classes, classes
 
 
 JOIN = """

@@ -40,7 +40,7 @@ def test_a_backup_of_the_tracking_database_restores_every_run_and_only_the_newes
 
 def test_the_clusters_study_storage_serves_its_dashboard_on_loopback(postgres, tmp_path):
     """``ray_cluster.yaml``'s ``NMT_STUDY_STORAGE``: a database of its own on the tracking server,
-    where a sweep's study lives (the killed-driver sweep of tests/launch/test_faults.py resumes
+    where a sweep's study lives (the head-restarted sweep of tests/launch/test_autoscaling.py resumes
     from it); the head's ``optuna-dashboard`` command serves it on 127.0.0.1 for the forwarded port."""
     import json
     import os
