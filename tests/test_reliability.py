@@ -222,6 +222,48 @@ def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_c
             server.stop()
 
 
+@pytest.mark.slow  # an outage of seconds, waited out
+def test_a_drain_waiting_through_an_outage_sends_within_seconds_of_the_servers_return(tmp_path, monkeypatch,
+                                                                                      capsys):
+    """A failed send puts the next try a minute away; ``drain`` (a run's last report waits in it)
+    asks again every ``DRAIN_RETRY_S`` instead, so the queue reaches a server that came back
+    seconds later without waiting out that minute."""
+    import threading
+
+    from mlflow.tracking import MlflowClient
+
+    from platform.tracking import runs
+    from platform.tracking.logger import RunLogger
+
+    server = MlflowServer(tmp_path)
+    server.start()
+    try:
+        run_id = runs.start_run(server.uri, "back", "r", {}, {}, "")
+        logger = RunLogger(server.uri, run_id)
+        assert logger.drain(60)
+        server.stop()
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the first failure, at once
+        logger.metrics({"dev_bleu": 5.0}, step=5)
+        wait_for(lambda: "MLflow unreachable" in capsys.readouterr().err, 60, "the first failed send")
+        drained = {}
+
+        def drain():
+            drained["sent"], drained["at"] = logger.drain(100), time.monotonic()
+
+        waiting = threading.Thread(target=drain)
+        waiting.start()
+        time.sleep(3)  # the drain's first try finds the server down: the next regular one is a minute away
+        server.start()
+        back = time.monotonic()
+        waiting.join(timeout=120)
+        assert drained["sent"] and drained["at"] - back < 30, drained  # not the minute's retry
+        assert [m.value for m in MlflowClient(server.uri).get_metric_history(run_id, "dev_bleu")] == [5.0]
+        assert logger.close() == []
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+
+
 def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, monkeypatch):
     """RunLogger straight to a real server, MLflow's own retries left as they are (minutes of
     back-off per call): the calls return at once, and all arrive, in order, once it is back.
