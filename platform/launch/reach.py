@@ -39,17 +39,24 @@ def multi_node() -> bool:
     return any(node["NodeID"] != here for node in worker_nodes())
 
 
-def for_every_node(dataset: str, storage_path: str, log=print) -> DatasetRef:
-    """Check that every node reaches ``storage_path``; the dataset as the workers read it
-    (``dataset`` itself, or its copy under the storage on a multi-node cluster).
+def storage_for_every_node(storage_path: str) -> bool:
+    """Whether work may run on a node other than this one, and if so, that every node reaches
+    ``storage_path`` (checked before the dataset is resolved: a storage path no node can use is
+    one line, not a minute of preparing the demo corpus first).
 
     Shared storage (a URI) counts as a multi-node cluster even while only the driver's node is
     up: a ``ray up`` head whose GPU workers the autoscaler has not started yet gets them later,
     and they read what the driver put there, never the head's local path."""
     if not multi_node() and not storage.is_uri(storage_path):
-        return DatasetRef(name=dataset, location=dataset)
+        return False
     check_storage(storage_path)
-    if storage.is_uri(dataset):
+    return True
+
+
+def dataset_for_every_node(dataset: str, storage_path: str, shared: bool, log=print) -> DatasetRef:
+    """The dataset as the workers read it: ``dataset`` itself, or where other nodes may read it
+    (``shared``, from ``storage_for_every_node``) and it is local, its copy under the storage."""
+    if not shared or storage.is_uri(dataset):
         return DatasetRef(name=dataset, location=dataset)
     return DatasetRef(name=dataset, location=ship_dataset(dataset, storage_path, log))
 

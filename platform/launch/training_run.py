@@ -1,8 +1,8 @@
 """One training run, as ``python -m platform.train`` asks for it: the flags as a typed request
 (``TrainRequest``) and ``train``: the config resolved (``--print-config`` stops here), a named
 run that finished already left alone or continued (``--continue``), Ray started and the worker
-group checked, the dataset every node reaches, the warm start (``--init-from``), then
-``driver.run``."""
+group checked, the storage every node reaches, then the dataset (where they read it), the warm
+start (``--init-from``), then ``driver.run``."""
 
 from __future__ import annotations
 
@@ -75,10 +75,12 @@ def train(request: TrainRequest) -> int:
     start_ray(request.address)
     cpus = request.cpus_per_worker or default_cpus_per_worker(request.workers)
     check_worker_group(request.workers, cpus, request.gpus_per_worker, joined=request.address is not None)
-    dataset, storage = resolve_dataset(request.data), storage_uri(request.storage_path)
+    storage = storage_uri(request.storage_path)
+    shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
+    dataset = resolve_dataset(request.data)
     init = (load_warm_start(request.init_from, tracking_uri, str(dataset), config, request.init_optimizer)
             if request.init_from else None)
-    job = Job(dataset=reach.for_every_node(dataset, storage), workers=request.workers, init=init,
+    job = Job(dataset=reach.dataset_for_every_node(dataset, storage, shared), workers=request.workers, init=init,
               gpus_per_worker=request.gpus_per_worker, cpus_per_worker=cpus, experiment=request.experiment,
               tracking_uri=tracking_uri, run_name=request.name or f"{model}-{uuid.uuid4().hex[:8]}",
               storage_path=storage, max_failures=request.max_failures, started_at=request.started_at)

@@ -198,10 +198,10 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
     if request.extend:  # a taken name is refused before Ray; one to extend must exist, searched the same way
         check_extendable(tracking_uri, earlier, name, request, space, settings, study_storage)
     log_file = None if request.verbose else quiet_logging(console_log_path(storage, name))
-    dataset_dir = resolve_dataset(request.data)
     start_ray(request.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves a CPU for trial drivers
               log_to_driver=request.verbose)
-    job = trial_job(request, dataset_dir, storage, tracking_uri)
+    shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
+    job = trial_job(request, resolve_dataset(request.data), storage, tracking_uri, shared)
     configs = request.num_trials or (grid_size(space) if settings.searcher == "grid"
                                      else SMOKE_TRIALS if request.smoke else DEFAULT_TRIALS)
     sweep = Sweep(name=name, space=space, num_samples=configs * request.seeds_per_config,
@@ -298,13 +298,14 @@ def warm_start(sweep: Sweep, source) -> Carried:
     return carry_trials(source, target, sweep.space)
 
 
-def trial_job(request: SweepRequest, dataset_dir: Path, storage: str, tracking_uri: str) -> Job:
+def trial_job(request: SweepRequest, dataset_dir: str, storage: str, tracking_uri: str, shared: bool) -> Job:
     """Every trial's job (each trial sets its run name and start time); GPUs per worker as
-    asked, else as the cluster and the trials' size suggest."""
+    asked, else as the cluster and the trials' size suggest; the dataset where every node reads
+    it (``shared``: other nodes may run trials)."""
     gpus = request.gpus_per_worker
     if gpus is None:
         gpus = auto_gpus_per_worker(cluster_gpus(joined=request.address is not None), request.trial_size)
-    return Job(dataset=reach.for_every_node(dataset_dir, storage), workers=request.workers_per_trial,
+    return Job(dataset=reach.dataset_for_every_node(dataset_dir, storage, shared), workers=request.workers_per_trial,
                gpus_per_worker=gpus, cpus_per_worker=request.cpus_per_worker, experiment=request.experiment,
                tracking_uri=tracking_uri, run_name="", storage_path=storage, max_failures=1,
                git_commit=runs.git_commit())
