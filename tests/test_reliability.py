@@ -4,6 +4,7 @@ directory, an MLflow server that goes away, incompatible checkpoints and hostile
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import pickle
 import random
@@ -188,25 +189,39 @@ def test_an_unreachable_mlflow_server_at_start_fails_fast_with_one_line(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no data/demo, no runs/, no mlflow.db
 
 
-def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_could_not_log(tmp_path, monkeypatch,
-                                                                                            capsys):
-    """After a failed send the logger queues new calls without a try for ``RETRY_AFTER_S``, then
-    asks the server's ``/health`` before it sends again, so a server still down at the end costs
-    seconds, not MLflow's minutes of retries; ``close`` then names every call it could not log,
-    in order, on stderr and in what it returns."""
+@contextlib.contextmanager
+def logger_after_a_failed_send(tmp_path, monkeypatch, capsys):
+    """A ``RunLogger`` of a run on a real server that then went down: its first send (the metrics
+    of step 5) failed at once, so its next regular try is ``RETRY_AFTER_S`` away.  Yields the
+    server (stopped), the run id and the logger; the server is stopped at the end."""
     from platform.tracking import runs
     from platform.tracking.logger import RunLogger
 
     server = MlflowServer(tmp_path)
     server.start()
     try:
-        run_id = runs.start_run(server.uri, "ending", "r", {}, {}, "")
+        run_id = runs.start_run(server.uri, "outage", "r", {}, {}, "")
         logger = RunLogger(server.uri, run_id)
         assert logger.drain(60)
         server.stop()
         monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the first failure, at once
         logger.metrics({"dev_bleu": 5.0}, step=5)
         wait_for(lambda: "MLflow unreachable" in capsys.readouterr().err, 60, "the first failed send")
+        yield server, run_id, logger
+    finally:
+        if server.process.poll() is None:
+            server.stop()
+
+
+def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_could_not_log(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """After a failed send the logger queues new calls without a try for ``RETRY_AFTER_S``, then
+    asks the server's ``/health`` before it sends again, so a server still down at the end costs
+    seconds, not MLflow's minutes of retries; ``close`` then names every call it could not log,
+    in order, on stderr and in what it returns."""
+    from platform.tracking.logger import RunLogger
+
+    with logger_after_a_failed_send(tmp_path, monkeypatch, capsys) as (_, run_id, logger):
         monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")  # MLflow's own retries again: minutes a call
         logger.tag("best_epoch", "5")
         time.sleep(3)  # within RETRY_AFTER_S of the failure a new call is queued, not sent nor probed
@@ -217,9 +232,6 @@ def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_c
         assert time.monotonic() - began < 30  # the health check said down: MLflow was not asked
         err = capsys.readouterr().err
         assert f"MLflow stayed unreachable: not logged to run {run_id}: metrics of step 5, tag best_epoch" in err
-    finally:
-        if server.process.poll() is None:
-            server.stop()
 
 
 @pytest.mark.slow  # an outage of seconds, waited out
@@ -232,19 +244,7 @@ def test_a_drain_waiting_through_an_outage_sends_within_seconds_of_the_servers_r
 
     from mlflow.tracking import MlflowClient
 
-    from platform.tracking import runs
-    from platform.tracking.logger import RunLogger
-
-    server = MlflowServer(tmp_path)
-    server.start()
-    try:
-        run_id = runs.start_run(server.uri, "back", "r", {}, {}, "")
-        logger = RunLogger(server.uri, run_id)
-        assert logger.drain(60)
-        server.stop()
-        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the first failure, at once
-        logger.metrics({"dev_bleu": 5.0}, step=5)
-        wait_for(lambda: "MLflow unreachable" in capsys.readouterr().err, 60, "the first failed send")
+    with logger_after_a_failed_send(tmp_path, monkeypatch, capsys) as (server, run_id, logger):
         drained = {}
 
         def drain():
@@ -259,9 +259,6 @@ def test_a_drain_waiting_through_an_outage_sends_within_seconds_of_the_servers_r
         assert drained["sent"] and drained["at"] - back < 30, drained  # not the minute's retry
         assert [m.value for m in MlflowClient(server.uri).get_metric_history(run_id, "dev_bleu")] == [5.0]
         assert logger.close() == []
-    finally:
-        if server.process.poll() is None:
-            server.stop()
 
 
 def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, monkeypatch):
