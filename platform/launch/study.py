@@ -12,7 +12,10 @@ reads it here.
 Parameter importances need finished trials: they are fitted on the COMPLETE trials when there
 are at least ``MIN_COMPLETE``; otherwise on the metric every trial reported at the latest epoch
 that at least ``MIN_COMPLETE`` trials reached (the scheduler's rungs), and the plot's title
-says which.
+says which.  The contour plot pairs the ``CONTOUR_KNOBS`` most important knobs (the space's
+first ones where importances cannot be fitted yet): Optuna's default, every pair of every knob,
+is a grid of 49 panels for a 7-knob space, seconds to draw at every sweep's end and too small to
+read.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from platform.redaction import split_password
 STUDY_FILE = "optuna.db"
 STORAGE_ENV = "NMT_STUDY_STORAGE"  # the default --study-storage (the cluster file sets it)
 MIN_COMPLETE = 4  # trials an importance plot is fitted on, at least
+CONTOUR_KNOBS = 3  # the contour plot's knobs (every pair of them)
 ONE_OBJECTIVE = ("intermediate_values", "optimization_history", "slice", "contour")  # not drawn for several
 
 # Optuna's matplotlib plots: file name → function name in optuna.visualization.matplotlib
@@ -165,6 +169,8 @@ def study_plots(study, directory: Path) -> list[Path]:
             continue
         first_objective = several and name == "param_importances"
         kwargs = {"target": lambda t: t.values[0], "target_name": "objective 0"} if first_objective else {}
+        if name == "contour":
+            kwargs["params"] = contour_knobs(study)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna marks its matplotlib backend experimental
             try:
@@ -182,6 +188,25 @@ def study_plots(study, directory: Path) -> list[Path]:
         plt.close("all")
         written.append(path)
     return written
+
+
+def contour_knobs(study) -> list[str]:
+    """The ``CONTOUR_KNOBS`` knobs the contour plot pairs: the most important ones (fitted as
+    the importance plot is), else the first ones the trials sampled."""
+    import optuna
+
+    source, _ = importance_study(study)
+    if source is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                fitted = optuna.importance.get_param_importances(
+                    source, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))  # the same knobs each time
+                return list(fitted)[:CONTOUR_KNOBS]
+            except (ValueError, RuntimeError, ZeroDivisionError):  # e.g. no knob varied
+                pass
+    knobs = dict.fromkeys(name for trial in study.get_trials(deepcopy=False) for name in trial.params)
+    return list(knobs)[:CONTOUR_KNOBS]
 
 
 def log_study(logger, study, name: str, sweep_path: str, url: str = "") -> Path | None:

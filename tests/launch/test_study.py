@@ -44,6 +44,22 @@ def test_optunas_plots_are_drawn_even_for_a_study_of_one_trial(tmp_path):
     assert "optimization_history.png" in drawn and all((tmp_path / "one" / name).stat().st_size for name in drawn)
 
 
+def test_the_contour_plot_pairs_the_three_most_important_knobs_else_the_first_three():
+    from platform.launch.study import contour_knobs
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
+    weights = {"a": 0.0, "b": 0.0, "c": 10.0, "d": 0.0, "e": 10.0, "f": 10.0, "g": 0.0}  # c, e and f matter
+
+    def objective(trial):
+        return sum(weight * trial.suggest_float(knob, 0, 1) for knob, weight in weights.items())
+
+    study.optimize(objective, n_trials=3)
+    assert contour_knobs(study) == ["a", "b", "c"]  # too few trials for importances: the first three
+    study.optimize(objective, n_trials=77)
+    assert sorted(contour_knobs(study)) == ["c", "e", "f"]
+
+
 def test_a_sweep_on_uri_storage_logs_its_study_and_keeps_no_scratch_copy(tmp_path, monkeypatch):
     """With s3:// storage the study is saved in a scratch directory, logged to the parent run,
     and the scratch directory goes (a real MLflow store; nothing is written to the URI itself)."""
