@@ -190,7 +190,7 @@ def test_a_papers_sweep_through_a_tracking_outage_confirms_its_best_config_on_te
     recipes with their own knobs, two at a time, the live study read while the sweep runs, then
     the best config and the baseline retrained with 2 seeds each, scored on test, and compared.
     Through a real MLflow server that is SIGKILLed once a trial has logged epoch 1 and started
-    again 10 s later, its relay actor killed meanwhile (Ray starts it again): trials and the
+    again 5 s later, its relay actor killed meanwhile (Ray starts it again): trials and the
     confirmation open, log and close their runs around the outage, the driver closes the
     others' (in its own thread once the server is down), every run and metric is in the store
     afterwards, and the sweep leaves no actor or placement group holding the cluster."""
@@ -200,7 +200,7 @@ def test_a_papers_sweep_through_a_tracking_outage_confirms_its_best_config_on_te
     from platform.tracking.relay import relay_name
 
     (tmp_path / "mlflow").mkdir()
-    outage = MlflowOutage(tmp_path / "mlflow", seconds=10).__enter__()
+    outage = MlflowOutage(tmp_path / "mlflow", seconds=5).__enter__()
     request.addfinalizer(lambda: outage.__exit__(None, None, None))  # the server stopped with the test
     uri = outage.uri
     args = sweep_args(demo_dataset, tmp_path, "--name", "p1", "--num-trials", "2", "--search", "random",
