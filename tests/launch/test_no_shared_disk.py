@@ -190,14 +190,14 @@ def test_train_on_a_node_without_the_heads_files_ships_the_demo_corpus_and_loses
     """The first run ships the user's local demo corpus to the worker node (through the shared
     storage) in the ``ray_cluster.yaml`` layout: the server on the head's loopback with its
     backend store in a real PostgreSQL database, so rank 0 (on the worker node) logs through the
-    relay actor on the head.  The server is SIGKILLed once epoch 1 is logged and restarted 20 s
+    relay actor on the head.  The server is SIGKILLed once epoch 1 is logged and restarted 8 s
     later, while both ranks train: no metric is lost and no rank is held.  A second run reuses
     both copies."""
     from servers import MlflowOutage
 
     shared, hidden = cluster["shared"], cluster["cluster"]
     (tmp_path / "mlflow").mkdir()
-    with MlflowOutage(tmp_path / "mlflow", backend=postgres.database("outage")) as outage:
+    with MlflowOutage(tmp_path / "mlflow", seconds=8, backend=postgres.database("outage")) as outage:
         result = cli(cluster, "train", "--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
                      "--max-epochs", "4", "--set", "max_steps_per_epoch=20", "--address", hidden.address,
                      "--storage-path", shared / "runs", "--tracking-uri", outage.uri, "--experiment",
@@ -273,13 +273,21 @@ def test_a_storage_path_the_worker_node_can_only_read_is_one_line_before_any_tra
     assert experiment is None or client.search_runs([experiment.experiment_id]) == []  # nothing started
 
 
-def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
-    """prepare --out s3://, train --data s3:// with its checkpoints under s3://, evaluate on the
-    test set read from s3:// — all against a real S3-compatible server."""
+def test_a_sweep_on_data_in_s3_spreads_over_both_worker_nodes_and_its_files_go_to_s3_not_through_the_head(
+        cluster, plain_node, tmp_path):
+    """prepare --out s3://, then the ``ray_cluster.yaml`` layout with S3 (moto) as the storage and
+    MLflow's artifact store (``--default-artifact-root s3://... --no-serve-artifacts``): a sweep
+    reads that dataset where it is (credentials in its URI, as pyarrow accepts them: a planted
+    secret nothing may show), two trials at once, each worker node fitting one (2.5 CPUs a
+    worker), so one runs on the node that sees none of the head's files and one on the plain
+    node; Ray Train's checkpoints, the trials' MLflow files and their models land in the bucket,
+    uploaded by the worker nodes themselves; the relay on the head carries their metadata only
+    (its byte count is logged on the sweep).  Then evaluate --run scores a trial on the test set
+    read from s3://, and a dataset whose upload died midway is refused in one line."""
     import pyarrow.fs
+    from servers import MlflowServer
 
-    hidden = cluster["cluster"]
-    store = f"sqlite:///{tmp_path}/mlflow.db"
+    hidden, s3 = cluster["cluster"], cluster["s3"]
     data = f"s3://{BUCKET}/datasets/demo"
     prepared = cli(cluster, "prepare", "--data", "demo", "--demo-sizes", "2000,100,100", "--vocab-size", "600",
                    "--out", data, cwd=tmp_path)
@@ -287,62 +295,15 @@ def test_prepare_train_and_evaluate_through_s3(cluster, tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing local: no directory named "s3:"
     refused = cli(cluster, "prepare", "--data", "demo", "--out", data, cwd=tmp_path)
     assert refused.returncode != 0 and "already exists; pass --overwrite" in refused.stderr
-    # the training reads it with credentials in its URI, as pyarrow accepts them: a planted
-    # secret that nothing the run leaves may show (the one redaction rule, platform.redaction)
     secret = "pl4nted-S3cret"
     with_key = f"s3://testing:{secret}@{BUCKET}/datasets/demo"
-    trained = cli(cluster, "train", "--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
-                  "--data", with_key, "--address", hidden.address, "--storage-path", f"s3://{BUCKET}/runs",
-                  "--tracking-uri", store, "--experiment", "s3", "--name", "through-s3", cwd=tmp_path)
-    assert trained.returncode == 0, trained.stderr[-4000:]
-    assert "data: copied" not in trained.stdout  # read where it is
-    fs = pyarrow.fs.S3FileSystem(endpoint_override=cluster["s3"].endpoint, access_key="testing", secret_key="testing",
-                                 region="us-east-1")
-    selector = pyarrow.fs.FileSelector(f"{BUCKET}/runs/through-s3", recursive=True)
-    files = [info.path for info in fs.get_file_info(selector)]
-    assert any(name.endswith("/checkpoint.pt") for name in files), files
-    client, found = runs_of(store, "s3")
-    run_id = found[0].info.run_id
-    assert found[0].data.params["data"] == f"s3://testing:***@{BUCKET}/datasets/demo"
-    assert found[0].data.tags["node_id"] == hidden.worker
-    evaluated = cli(cluster, "evaluate", "--run", run_id, "--test", f"{with_key}/conllu/test", "--src", "sov",
-                    "--tgt", "svo", "--out", "out/test", cwd=tmp_path)
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    assert "test_bleu" in client.get_run(run_id).data.metrics
-    assert len((tmp_path / "out" / "test.hyp").read_text().splitlines()) == 100
-    # the secret: not on either console, in the MLflow store or its artifacts, the run's files in
-    # the bucket or anything written here
-    assert secret not in trained.stdout + trained.stderr + evaluated.stdout + evaluated.stderr
-    leaks = [path for path in tmp_path.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
-    in_bucket = [info.path for info in fs.get_file_info(pyarrow.fs.FileSelector(BUCKET, recursive=True))
-                 if info.type == pyarrow.fs.FileType.File and secret.encode() in fs.open_input_file(info.path).read()]
-    assert not leaks and not in_bucket, (leaks, in_bucket)
-    # an upload that died midway (no COMMITTED marker) is refused in one line
-    fs.delete_file(f"{BUCKET}/datasets/demo/COMMITTED")
-    broken = cli(cluster, "train", "--model", "transformer", "--smoke", "--data", data, "--address", hidden.address,
-                 "--storage-path", f"s3://{BUCKET}/runs", "--tracking-uri", store, "--experiment", "s3", cwd=tmp_path)
-    assert broken.returncode != 0 and f"error: {data}: an incomplete upload" in broken.stderr
-
-
-def test_a_sweep_spreads_over_both_worker_nodes_and_its_files_go_to_s3_not_through_the_head(cluster, plain_node,
-                                                                                            tmp_path):
-    """The ``ray_cluster.yaml`` layout with S3 (moto) as the storage and MLflow's artifact store
-    (``--default-artifact-root s3://... --no-serve-artifacts``): two trials at once, each worker
-    node fitting one (2.5 CPUs a worker), so one runs on the node that sees none of the head's
-    files and one on the plain node; Ray Train's checkpoints, the trials' MLflow files and their
-    models land in the bucket, uploaded by the worker nodes themselves; the relay on the head
-    carries their metadata only (its byte count is logged on the sweep)."""
-    import pyarrow.fs
-    from servers import MlflowServer
-
-    hidden, s3 = cluster["cluster"], cluster["s3"]
     (tmp_path / "mlflow").mkdir()
     server = MlflowServer(tmp_path / "mlflow", artifact_root=f"s3://{BUCKET}/mlflow", env=cluster["env"])
     server.start()
     try:
         result = cli(cluster, "tune", "--space", "dbsa", "--smoke", "--num-trials", "2", "--address", hidden.address,
-                     "--max-concurrent", "2", "--cpus-per-worker", "2.5", "--gpus-per-worker", "0", "--name", "direct",
-                     "--search", "random", "--scheduler", "none",
+                     "--data", with_key, "--max-concurrent", "2", "--cpus-per-worker", "2.5", "--gpus-per-worker", "0",
+                     "--name", "direct", "--search", "random", "--scheduler", "none",
                      "--storage-path", f"s3://{BUCKET}/sweeps", "--tracking-uri", server.uri,
                      "--experiment", "direct", cwd=tmp_path, timeout=900)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -350,11 +311,18 @@ def test_a_sweep_spreads_over_both_worker_nodes_and_its_files_go_to_s3_not_throu
         trial_ids = [r.info.run_id for r in found if r.data.tags.get("mlflow.parentRunId")]
         models = [o.model_id for run_id in trial_ids for o in client.get_run(run_id).outputs.model_outputs]
         locations = [client.get_logged_model(model).artifact_location for model in models]
+        evaluated = cli(cluster, "evaluate", "--run", trial_ids[0], "--test", f"{with_key}/conllu/test", "--src", "sov",
+                        "--tgt", "svo", "--out", "out/test", "--tracking-uri", server.uri, cwd=tmp_path)
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        assert "test_bleu" in client.get_run(trial_ids[0]).data.metrics
     finally:
         server.stop()
+    assert len((tmp_path / "out" / "test.hyp").read_text().splitlines()) == 100
+    assert "data: copied" not in result.stdout  # read where it is
     parent = next(r for r in found if r.data.tags.get("sweep_parent") == "direct")
     trials = [r for r in found if r.data.tags.get("mlflow.parentRunId")]
     assert parent.info.status == "FINISHED" and all(r.info.status == "FINISHED" for r in trials)
+    assert {r.data.params["data"] for r in trials} == {f"s3://testing:***@{BUCKET}/datasets/demo"}
     # both at once, one on each worker node (neither node fits two): trials ran on both, none on the head
     assert len(trials) == 2 and {r.data.tags["node_id"] for r in trials} == {hidden.worker, plain_node}
     assert {r.data.params["git_commit"] for r in trials} == {parent.data.params["git_commit"]} != {"unknown"}
@@ -377,6 +345,18 @@ def test_a_sweep_spreads_over_both_worker_nodes_and_its_files_go_to_s3_not_throu
     for location in locations:
         assert location.startswith(f"s3://{BUCKET}/mlflow/") and any(
             name.endswith("MLmodel") for name in files(location[len("s3://"):]))
+    # the secret: not on either console, in the MLflow store, the bucket or anything written here
+    assert secret not in result.stdout + result.stderr + evaluated.stdout + evaluated.stderr
+    leaks = [path for path in tmp_path.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
+    in_bucket = [info.path for info in fs.get_file_info(pyarrow.fs.FileSelector(BUCKET, recursive=True))
+                 if info.type == pyarrow.fs.FileType.File and secret.encode() in fs.open_input_file(info.path).read()]
+    assert not leaks and not in_bucket, (leaks, in_bucket)
+    # an upload that died midway (no COMMITTED marker) is refused in one line
+    fs.delete_file(f"{BUCKET}/datasets/demo/COMMITTED")
+    broken = cli(cluster, "train", "--model", "transformer", "--smoke", "--data", data, "--address", hidden.address,
+                 "--storage-path", f"s3://{BUCKET}/runs", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                 "--experiment", "s3", cwd=tmp_path)
+    assert broken.returncode != 0 and f"error: {data}: an incomplete upload" in broken.stderr
 
 
 def test_two_trials_share_one_gpu_at_a_half_each_and_a_third_waits(cluster, plain_node, demo_dataset, tmp_path):
