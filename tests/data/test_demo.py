@@ -6,7 +6,7 @@ import json
 import statistics
 
 import pyarrow.parquet as pq
-from helpers import run_module
+from helpers import run_in_process
 
 from platform.data import demo
 from platform.data.conllu import read_conllu
@@ -78,9 +78,17 @@ def test_corpus_has_the_promised_phenomena():
     assert 3 <= min(lengths) and statistics.mean(lengths) > 8
 
 
-def test_prepare_data_demo_end_to_end(tmp_path):
+def prepare(capsys, *args):
+    """``python -m platform.prepare ARGS`` as its ``__main__`` runs it, in this process (the CLI
+    as a process of its own: tests/data/test_conllu.py)."""
+    from platform import prepare as cli
+
+    return run_in_process(cli.main, args, capsys)
+
+
+def test_prepare_data_demo_end_to_end(tmp_path, capsys):
     out = tmp_path / "demo"
-    result = run_module("platform.prepare", "--data", "demo", "--out", out, "--demo-sizes", "400,30,30", "--seed", "3")
+    result = prepare(capsys, "--data", "demo", "--out", out, "--demo-sizes", "400,30,30", "--seed", "3")
     assert result.returncode == 0, result.stderr
     meta = json.loads((out / "meta.json").read_text())
     assert (meta["src_lang"], meta["tgt_lang"]) == ("sov", "svo")
@@ -91,25 +99,25 @@ def test_prepare_data_demo_end_to_end(tmp_path):
     assert "conllu/train.sov.conllu.gz" in meta["inputs_sha256"]
 
 
-def test_preparing_the_same_demo_again_keeps_the_dataset(tmp_path):
+def test_preparing_the_same_demo_again_keeps_the_dataset(tmp_path, capsys):
     out = tmp_path / "demo"
     args = ("--data", "demo", "--out", out, "--demo-sizes", "200,20,20")
-    assert run_module("platform.prepare", *args).returncode == 0
+    assert prepare(capsys, *args).returncode == 0
     stamp = (out / "train.parquet").stat().st_mtime_ns
-    again = run_module("platform.prepare", *args)
+    again = prepare(capsys, *args)
     assert again.returncode == 0 and "keeping it" in again.stderr
     assert (out / "train.parquet").stat().st_mtime_ns == stamp
-    other = run_module("platform.prepare", *args[:-1], "300,20,20")  # other settings: refuse to clobber
+    other = prepare(capsys, *args[:-1], "300,20,20")  # other settings: refuse to clobber
     assert other.returncode == 2 and "already exists; pass --overwrite" in other.stderr
 
 
-def test_demo_lexicon_presets_and_a_bad_value(tmp_path):
+def test_demo_lexicon_presets_and_a_bad_value(tmp_path, capsys):
     out = tmp_path / "large"
-    result = run_module("platform.prepare", "--data", "demo", "--out", out, "--demo-sizes", "300,20,20",
+    result = prepare(capsys, "--data", "demo", "--out", out, "--demo-sizes", "300,20,20",
                         "--demo-lexicon", "large", "--vocab-size", "400")
     assert result.returncode == 0, result.stderr
     meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     assert (meta["demo"]["num_nouns"], meta["demo"]["num_verbs"], meta["demo"]["num_adjectives"]) == (1600, 600, 400)
-    bad = run_module("platform.prepare", "--data", "demo", "--out", tmp_path / "bad", "--demo-lexicon", "many")
+    bad = prepare(capsys, "--data", "demo", "--out", tmp_path / "bad", "--demo-lexicon", "many")
     assert bad.returncode == 2 and "--demo-lexicon expects small or large or NOUNS,VERBS,ADJECTIVES" in bad.stderr
     assert not (tmp_path / "bad").exists()

@@ -1,7 +1,7 @@
 """Search spaces load strictly, sample valid configs, and the searcher tells pruned trials as PRUNED."""
 
 import pytest
-from helpers import run_module, study_of
+from helpers import run_in_process, study_of
 
 from models import build_model
 from platform.errors import ConfigError, UserError
@@ -110,12 +110,14 @@ def test_trials_stopped_early_are_told_to_optuna_as_pruned_not_complete():
     assert study_of(plain).trials[0].state == TrialState.COMPLETE
 
 
-def test_dry_run_and_unknown_space_on_the_command_line():
-    result = run_module("platform.tune", "--space", "hier", "--dry-run")
+def test_dry_run_and_unknown_space_on_the_command_line(capsys):
+    from platform import tune  # as its __main__ runs it, in this process (as a process: test_reliability.py)
+
+    result = run_in_process(tune.main, ["--space", "hier", "--dry-run"], capsys)
     assert result.returncode == 0, result.stderr
     assert "gate: one of ['fixed0', 'fixed05', 'fixed1', 'learned']" in result.stdout
     assert "sampled: {" in result.stdout and "name: hier_tree_gru" in result.stdout
-    bad = run_module("platform.tune", "--space", "nope")
+    bad = run_in_process(tune.main, ["--space", "nope"], capsys)
     assert bad.returncode == 2 and "unknown search space 'nope'" in bad.stderr and "Traceback" not in bad.stderr
 
 

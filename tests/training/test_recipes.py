@@ -1,11 +1,8 @@
 """Each paper's configuration as a named recipe (platform/training/recipes.py), used by train, the spaces
 and the study alike."""
 
-import subprocess
-import sys
-
 import pytest
-from helpers import ROOT
+from helpers import run_in_process
 
 from models import MODELS, build_model
 from platform.errors import ConfigError
@@ -65,14 +62,14 @@ def test_a_recipe_of_another_model_is_refused():
         resolve_config("dbsa", "cpu", recipe="omote2019/dep")
 
 
-def test_train_cli_runs_a_recipe_without_a_model_flag():
-    printed = subprocess.run([sys.executable, "-m", "platform.train", "--recipe", "deguchi2019/enc", "--print-config"],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+def test_train_cli_runs_a_recipe_without_a_model_flag(capsys):
+    from platform import train  # as its __main__ runs it, in this process (as a process: tests/test_train.py)
+
+    printed = run_in_process(train.main, ["--recipe", "deguchi2019/enc", "--print-config"], capsys)
     assert printed.returncode == 0, printed.stderr
     # the paper's layer 4 of 6, scaled to the cpu preset's 2 layers
     assert "name: dbsa" in printed.stdout and "p_dec: null" in printed.stdout and "p_enc: 1" in printed.stdout
-    refused = subprocess.run([sys.executable, "-m", "platform.train", "--print-config"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
+    refused = run_in_process(train.main, ["--print-config"], capsys)
     assert refused.returncode != 0 and "--model NAME or --recipe NAME" in refused.stderr
 
 
