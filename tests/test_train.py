@@ -11,7 +11,7 @@ from pathlib import Path
 import mlflow.pyfunc
 import pytest
 import torch
-from helpers import ROOT, run_module, runs_of, sacrebleu_scores, validated_epochs, wait_for
+from helpers import ROOT, run_in_process, run_module, runs_of, sacrebleu_scores, validated_epochs, wait_for
 
 from models import MODELS
 from platform import train
@@ -239,7 +239,12 @@ def leftovers() -> set[Path]:
     return {path for pattern in ("nmt-*", "ckpt-*") for path in Path(tempfile.gettempdir()).glob(pattern)}
 
 
-def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_cluster, tanaka_dataset, tanaka, tmp_path):
+def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_cluster, tanaka_dataset, tanaka, tmp_path,
+                                                                     capsys, monkeypatch):
+    """evaluate and translate as their ``__main__`` runs them, in this process (as processes:
+    tests/test_inference.py); sacreBLEU's own command as a process."""
+    from platform import evaluate, translate
+
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     before = leftovers()
     assert train.main(["--model", "transformer", *smoke_args(tanaka_dataset, tmp_path, "tanaka"),
@@ -247,8 +252,9 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     _, runs = runs_of(uri, "tanaka")
     run_id = runs[0].info.run_id
     out = tmp_path / "tanaka-test"
-    result = run_module("platform.evaluate", "--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
-                        "--beam", "2", "--tracking-uri", uri, "--out", out, "--register-model", "nmt-tanaka")
+    result = run_in_process(evaluate.main, ["--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
+                                            "--beam", "2", "--tracking-uri", uri, "--out", out, "--register-model",
+                                            "nmt-tanaka"], capsys)
     assert result.returncode == 0, result.stderr[-3000:]
     hyps = (tmp_path / "tanaka-test.hyp").read_text().splitlines()
     refs = (tmp_path / "tanaka-test.ref").read_text().splitlines()
@@ -268,17 +274,17 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     assert sacrebleu_scores(tmp_path / "tanaka-test.sacrebleu.sh") == pytest.approx(
         [metrics["test_bleu"], metrics["test_chrf"], metrics["test_bleu_tok"]], abs=1e-3)
     assert "test_chrf" in runs[0].data.metrics and "test_bleu_tok" in runs[0].data.metrics
-    translated = subprocess.run([sys.executable, "-m", "platform.translate", "--run", run_id, "--tracking-uri", uri,
-                                 "--beam", "2"], input="私 は 学生 です 。\n猫 が 好き 。\n", capture_output=True,
-                                text=True, cwd=ROOT, timeout=300)
+    translated = run_in_process(translate.main, ["--run", run_id, "--tracking-uri", uri, "--beam", "2"], capsys,
+                                monkeypatch, stdin="私 は 学生 です 。\n猫 が 好き 。\n")
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert len(translated.stdout.splitlines()) == 2
     # the run kept its 2 checkpoints' weights (smoke: 2 epochs of 30 updates) in MLflow, named by
     # update; their average is evaluated and logged apart
     assert sorted(a.path for a in client.list_artifacts(run_id, "last_checkpoints")) == [
         "last_checkpoints/update_00000030.pt", "last_checkpoints/update_00000060.pt"]
-    averaged = run_module("platform.evaluate", "--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
-                          "--beam", "2", "--tracking-uri", uri, "--out", tmp_path / "avg", "--average-last", "2")
+    averaged = run_in_process(evaluate.main, ["--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
+                                              "--beam", "2", "--tracking-uri", uri, "--out", tmp_path / "avg",
+                                              "--average-last", "2"], capsys)
     assert averaged.returncode == 0, averaged.stderr[-3000:]
     metrics = client.get_run(run_id).data.metrics
     assert {"test_avg2_bleu", "test_avg2_chrf", "test_avg2_bleu_tok"} <= set(metrics)
