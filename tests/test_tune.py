@@ -304,12 +304,12 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     args = sweep_args(demo_dataset, tmp_path, "--name", "b1", "--num-trials", "6", "--max-epochs", "500",
-                      "--time-budget", "30s", "--max-concurrent", "2", "--search", "random", "--scheduler", "none",
+                      "--time-budget", "20s", "--max-concurrent", "2", "--search", "random", "--scheduler", "none",
                       "--objective", "dev_bleu:max", "--objective", "num_parameters:min",
                       "--set", "max_steps_per_epoch=3", "--set", "eval.max_sentences=8", experiment="budget")
     assert tune.main(args) == 0
     out = capsys.readouterr().out
-    assert "time budget of 30 s reached" in out and "Pareto front (dev_bleu, num_parameters): trial " in out
+    assert "time budget of 20 s reached" in out and "Pareto front (dev_bleu, num_parameters): trial " in out
     client, runs = runs_of(uri, "budget")
     parent = next(r for r in runs if r.data.tags.get("sweep_parent") == "b1")
     trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
