@@ -111,8 +111,9 @@ def test_a_gpu_worker_on_a_cluster_without_gpus_is_one_line_before_any_work(ray_
     assert not (tmp_path / "runs").exists() and not runs_of(f"sqlite:///{tmp_path}/mlflow.db", "syntax-nmt")[1]
 
 
-def test_train_cli_as_a_user_runs_it(own_cluster, demo_dataset, tmp_path):
-    """`python -m platform.train` from the repository root, starting its own Ray."""
+def test_train_cli_as_a_user_runs_it(own_cluster, demo_dataset, tmp_path, capsys):
+    """`python -m platform.train` from the repository root, starting its own Ray; a bad key as
+    its ``__main__`` answers it, in this process."""
     result = run_module("platform.train", "--model", "transformer", *smoke_args(demo_dataset, tmp_path, "cli"),
                         "--log-every", "4", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -121,8 +122,8 @@ def test_train_cli_as_a_user_runs_it(own_cluster, demo_dataset, tmp_path):
     assert "update 12  epoch 2  loss " in shown and " tok/s " in shown and " eta 0:" in shown  # every 4 updates
     _, runs = runs_of(f"sqlite:///{tmp_path}/mlflow.db", "cli")
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
-    bad = run_module("platform.train", "--model", "transformer", "--set", "optim.learning_rate=1", "--data",
-                     str(demo_dataset))
+    bad = run_in_process(train.main, ["--model", "transformer", "--set", "optim.learning_rate=1", "--data",
+                                      demo_dataset], capsys)
     assert bad.returncode == 2 and "unknown config key 'optim.learning_rate'" in bad.stderr
     assert "Traceback" not in bad.stderr
 
