@@ -161,16 +161,17 @@ def study_plots(study, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     several = len(study.directions) > 1
+    importance = importance_study(study)  # (the study importances are fitted on, what it holds)
     for name, function in PLOTS.items():
         if (name == "pareto_front" and not several) or (name in ONE_OBJECTIVE and several):
             continue
-        source, note = (importance_study(study) if name == "param_importances" else (study, ""))
+        source, note = (importance if name == "param_importances" else (study, ""))
         if source is None:
             continue
         first_objective = several and name == "param_importances"
         kwargs = {"target": lambda t: t.values[0], "target_name": "objective 0"} if first_objective else {}
         if name == "contour":
-            kwargs["params"] = contour_knobs(study)
+            kwargs["params"] = contour_knobs(study, importance[0])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna marks its matplotlib backend experimental
             try:
@@ -190,12 +191,12 @@ def study_plots(study, directory: Path) -> list[Path]:
     return written
 
 
-def contour_knobs(study) -> list[str]:
-    """The ``CONTOUR_KNOBS`` knobs the contour plot pairs: the most important ones (fitted as
-    the importance plot is), else the first ones the trials sampled."""
+def contour_knobs(study, source) -> list[str]:
+    """The ``CONTOUR_KNOBS`` knobs the contour plot pairs: the most important ones, fitted on
+    ``source`` (``importance_study``'s, as the importance plot is), else the first ones the
+    trials sampled."""
     import optuna
 
-    source, _ = importance_study(study)
     if source is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
