@@ -2,7 +2,8 @@
 ``ray up`` head (the MLflow server, the backup loop, optuna-dashboard), each known by the pid file
 it recorded, never by a search of the process table.
 
-    python -m platform.service start mlflow --state ~/syntax-nmt-state --cwd ~ --ready http://127.0.0.1:5000/health -- mlflow server ...
+    python -m platform.service start mlflow --state ~/syntax-nmt-state --cwd ~ \
+        --ready http://127.0.0.1:5000/health -- mlflow server ...
     python -m platform.service status mlflow --state ~/syntax-nmt-state
     python -m platform.service stop mlflow --state ~/syntax-nmt-state
 
@@ -108,7 +109,7 @@ def _wait_until_ready(service: Service, child: subprocess.Popen, url: str, wait:
             raise UserError(f"{service.name} exited with status {child.returncode} before {url} answered: "
                             f"{_last_line(service.log_file)}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as response:
+            with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - the service's own URL
                 if response.status == 200:
                     return
         except OSError:
