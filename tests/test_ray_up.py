@@ -165,8 +165,11 @@ class LoopbackHead:
                 subprocess.run(["runuser", "-u", self.user, "--", str(pg), "-D", str(self.state / "postgres"),
                                 "-m", "fast", "-w", "stop"], capture_output=True, timeout=60)
                 wait_for(lambda: not psutil.pid_exists(pid), 30, "PostgreSQL's postmaster to end")
-            # ray up's SSH connections close once their ControlPersist (10 s) is over
-            wait_for(lambda: not [p for p in self.processes() if p.name() == "sshd"], 30, "the SSH sessions to close")
+            # ray up's SSH sessions (ssh's ControlPersist keeps them 10 s): the test's own sshd -i
+            sessions = [p for p in self.processes() if p.name() == "sshd"]
+            for session in sessions:
+                session.terminate()
+            psutil.wait_procs(sessions, timeout=10)
             still = self.processes()
             left = [" ".join(p.cmdline()[:4]) for p in still if p.is_running()]
             for process in still:  # the head's user is the test's own: nothing else runs as it
@@ -238,15 +241,18 @@ def test_ray_up_starts_the_heads_services_once_and_a_sweep_submitted_as_a_job_la
     # live study is in the head's PostgreSQL
     sweep = ("cd ~/syntax-nmt && python -m platform.prepare --data demo --demo-sizes 1000,50,50 --out data/small "
              "--quiet && python -m platform.tune --space dbsa --smoke --address auto --data data/small "
-             "--num-trials 2 --max-concurrent 2 --cpus-per-worker 0.5 --set eval.max_sentences=8 --name up-1")
+             "--num-trials 1 --max-epochs 1 --cpus-per-worker 1 --set max_steps_per_epoch=3 --set eval.max_sentences=8 "
+             "--name up-1")
     job = head.ray("job", "submit", "--address", "http://127.0.0.1:8265", "--", "bash", "-c", sweep)
     assert "best: trial" in job.stdout, job.stdout[-3000:]
     from helpers import runs_of
 
     client, runs = runs_of("http://127.0.0.1:5000", "syntax-nmt")
-    assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}, [(r.info.run_name, r.info.status)
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}, [(r.info.run_name, r.info.status)
                                                                               for r in runs]
     assert "up-1" in studies(head)
+    with urllib.request.urlopen("http://127.0.0.1:8080/api/studies", timeout=10) as answer:
+        assert [s["study_name"] for s in json.loads(answer.read())["study_summaries"]] == ["up-1"]
 
     # a second ray up (a changed file, a restarted laptop) starts no second copy of any service
     head.ray("up", "-y", "--no-config-cache", str(cluster))

@@ -1,5 +1,6 @@
 """The tracking database on a real PostgreSQL server (Debian's package, started by the test
-set-up), as ``ray_cluster.yaml``'s head runs it.  Its backup here; runs, a nested sweep and a
+set-up), as ``ray_cluster.yaml``'s head runs it (the head itself, optuna-dashboard on its study
+database included, in tests/test_ray_up.py).  Its backup here; runs, a nested sweep and a
 killed driver's resume on an MLflow server backed by it in ``tests/launch/test_faults.py``
 (the median+cmaes case), the outage path in ``tests/test_reliability.py``."""
 
@@ -80,6 +81,26 @@ def test_backups_skip_unchanged_dumps_keep_the_good_copy_through_a_replaced_head
                          "--to", str(tmp_path / "b2"))
     assert refused.returncode == 2 and "only a PostgreSQL database can be backed up" in refused.stderr
     assert not (tmp_path / "b2").exists()  # nothing written
+
+
+def test_rotation_keeps_the_newest_the_last_of_each_earlier_day_and_the_largest():
+    from platform.data import storage
+    from platform.tracking.backup import Backup, to_delete
+
+    def made(day: int, hour: int, size: int) -> Backup:
+        name = f"mlflow-202611{day:02d}T{hour:02d}0000000000Z-{day:02d}{hour:02d}aaaabbbb.dump"
+        return Backup(storage.locate(f"/b/{name}"), name, size)
+
+    full = [made(day, hour, 1000 + day * 24 + hour) for day in (1, 2, 3) for hour in (0, 12)]
+    assert [b.name for b in to_delete(full, keep=2, keep_days=30)] == [full[0].name, full[2].name]
+    assert full[0].digest == "0100aaaabbbb" and full[0].day == "20261101"
+    # a replaced head: 48 hourly dumps of an empty database after the full ones, --keep 2
+    empty = [made(4 + hour // 24, hour % 24, 10) for hour in range(48)]
+    gone = {b.name for b in to_delete(full + empty, keep=2, keep_days=1)}
+    assert full[-1].name not in gone  # the largest: the last full copy
+    assert gone == {b.name for b in full[:-1] + empty[:23] + empty[24:46]}
+    old = Backup(storage.locate("/b/mlflow-20261101T000000000000Z.dump"), "mlflow-20261101T000000000000Z.dump", 5)
+    assert old.digest is None and old.day == "20261101"  # a backup named before digests were recorded
 
 
 def test_rotation_keeps_the_newest_the_last_of_each_earlier_day_and_the_largest():
