@@ -6,8 +6,6 @@ killed driver's resume on an MLflow server backed by it in ``tests/launch/test_f
 
 from __future__ import annotations
 
-import subprocess
-
 
 def test_backups_skip_unchanged_dumps_keep_the_good_copy_through_a_replaced_head_and_restore_it(postgres, tmp_path,
                                                                                                capsys):
