@@ -99,6 +99,24 @@ def test_the_head_role_may_launch_workers_and_use_the_bucket_and_nothing_else():
                ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])}
     assert {a.split(":")[0] for a in actions} == {"ec2", "ssm", "iam", "s3"}
     assert not [a for a in actions if "*" in a]  # named actions only: no ec2:*, s3:*
+    # EC2 changes only to this cluster's own instances: every mutating EC2 action is on named
+    # resource types and, where it touches an instance, conditioned on the cluster's tag, which
+    # Ray's AWS provider sets at launch (code on the head cannot stop or terminate anything else)
+    cluster = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())["cluster_name"]
+    for statement in policy["Statement"]:
+        named = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+        mutating = [a for a in named if a.startswith("ec2:") and not a.startswith("ec2:Describe")]
+        resources = [statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"]
+        if not mutating:
+            continue
+        assert "*" not in resources, f"{statement['Sid']}: {mutating} on every resource"
+        condition = statement.get("Condition", {}).get("StringEquals", {})
+        if any(":instance/" in r for r in resources):
+            assert (condition.get("ec2:ResourceTag/ray-cluster-name") == cluster
+                    or condition.get("aws:RequestTag/ray-cluster-name") == cluster
+                    or condition.get("ec2:CreateAction") == "RunInstances"), statement["Sid"]
+            if condition.get("aws:RequestTag/ray-cluster-name") or condition.get("ec2:CreateAction"):
+                assert mutating in (["ec2:RunInstances"], ["ec2:CreateTags"]), statement["Sid"]  # launch only
     assert {a for a in actions if a.startswith("iam:")} == {"iam:PassRole"}
     passing = next(s for s in policy["Statement"] if s["Action"] == "iam:PassRole")
     assert passing["Resource"].endswith(":role/syntax-nmt-worker")
