@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="restore this backup (a file, an s3:// object, or 'latest' under --from) into --database")
     parser.add_argument("--from", dest="source", metavar="DIR|URI", help="--restore latest: where the backups are")
     parser.add_argument("--pg-dump", default="pg_dump", help="the pg_dump program (default: the one on PATH)")
+    parser.add_argument("--pg-restore", default="pg_restore",
+                        help="the pg_restore program (default: the one on PATH; it reads each dump's content)")
     return parser
 
 
@@ -53,13 +55,14 @@ def restore_one(args: argparse.Namespace) -> int:
         if not found:
             raise UserError(f"{redact(args.source)}: no backup of {prefix_of(database)[:-1]} there")
         source = found[-1].location.uri
-    restore(source, database)
+    restore(source, database, pg_restore=args.pg_restore)
     print(f"restored {redact(source)} into {redact(database)}", file=sys.stderr)
     return 0
 
 
 def back_up_once(args: argparse.Namespace, database: str) -> str:
-    made, new = backup(database, args.to, keep=args.keep, pg_dump=args.pg_dump, keep_days=args.keep_days)
+    made, new = backup(database, args.to, keep=args.keep, pg_dump=args.pg_dump, keep_days=args.keep_days,
+                       pg_restore=args.pg_restore)
     return (f"backed up {redact(database)} to {made.location}" if new
             else f"{redact(database)} unchanged since {made.location}")
 

@@ -21,19 +21,44 @@ MASK = "***"
 # The password runs to the last "@" before a space: an AWS secret may hold "/", a database
 # password "#" or "?"; masking too much (a "@" later in a path) is the safe way to be wrong.
 _USER_INFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^\s:/@?#'\"]*):(?P<password>\S*)@")
-# ?name=value or &name=value where the name is a credential's: a whole word, or one after "_"
-# or "-" (secret_key, X-Amz-Signature), never a word that merely contains one (tokenizer, sslkey)
-_SECRET_NAME = (r"(?:[^\s=&?#'\"]*[_-])?(?:password|passwd|pass|pwd|secret|token|credential|credentials|"
-                r"signature|sig|key|sslpassword)")
-_QUERY_SECRET = re.compile(rf"(?P<name>[?&]{_SECRET_NAME}=)(?P<value>[^\s&#'\"]*)", re.IGNORECASE)
+# a web URL's user without a password is a token (https://TOKEN@github.com/..., git+https://...)
+_URL_TOKEN = re.compile(r"(?P<scheme>\b(?:git\+)?(?:https?|wss?)://)(?P<token>[^\s:/@?#'\"]+)@")
+# a credential's name: one that ends in one of _ALWAYS (PGPASSWORD, client_secret, apikey), one of
+# _WORDS after "_", "-" or "." (secret_key, X-Amz-Signature, GITHUB_TOKEN), or a camelCase one
+# (apiKey, sessionToken); never a word that merely contains one (tokenizer, sslkey, keyword,
+# passfile).  A bare word of _WORDS (key=, token=) is a credential's name in a URL's query or as
+# a quoted JSON or YAML key only: in other text "key=value" is too often something else.
+_ALWAYS = r"password|passwd|passphrase|secret|credentials?|apikey|authorization|privatekey"
+_WORDS = r"token|key|sig|signature|pass|pwd|auth|cookie"
+_NAME = (rf"(?:(?i:[A-Za-z0-9_.-]*(?:{_ALWAYS}))|(?i:(?:[A-Za-z0-9]+[_.-])+(?:{_WORDS}))"
+         r"|[a-z][A-Za-z0-9]*(?:Key|Token|Secret|Password|Passwd|Signature|Credentials?|Auth))")
+# NAME=value, NAME: value, "NAME": "value", 'NAME'='value': an environment assignment, JSON or
+# YAML, a header (Authorization: Bearer VALUE), a URL's query (?, &, ; and &amp; separators); the
+# value runs to its closing quote, or unquoted to a space, a separator or a closing bracket
+_VALUE = (r"\s*[:=]\s*)(?P<scheme>(?i:(?:bearer|basic|token|digest)\s+))?"
+          r"(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;,'\"}\]]+)")
+_ASSIGNED = re.compile(rf"(?<![A-Za-z0-9_.])(?P<name>[\"']?{_NAME}[\"']?{_VALUE}")
+_IN_QUERY = re.compile(rf"(?<=[?&;])(?P<name>(?i:{_WORDS}){_VALUE}")
+_QUOTED_KEY = re.compile(rf"(?P<name>[\"'](?i:{_WORDS})[\"']{_VALUE}")  # JSON's "token": ..., YAML's 'key': ...
 
 
 def redact(text: str) -> str:
-    """``text`` with every URI password and every credential query value replaced by ``***``."""
-    if "://" not in text and "=" not in text:
+    """``text`` with every URI password, web URL token and credential value replaced by ``***``."""
+    if "://" not in text and "=" not in text and ":" not in text:
         return text
     text = _USER_INFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@" if m["password"] else m[0], text)
-    return _QUERY_SECRET.sub(lambda m: m["name"] + (MASK if m["value"] else ""), text)
+    text = _URL_TOKEN.sub(lambda m: f"{m['scheme']}{MASK}@", text)
+    text = _IN_QUERY.sub(_masked_value, text)
+    text = _QUOTED_KEY.sub(_masked_value, text)
+    return _ASSIGNED.sub(_masked_value, text)
+
+
+def _masked_value(match: re.Match) -> str:
+    value = match["value"]
+    if value.lstrip("\"'").startswith(MASK):  # masked already (a URI's password, an earlier rule)
+        return match[0]
+    quote = value[0] if value[0] in "\"'" and len(value) > 1 else ""
+    return f"{match['name']}{match['scheme'] or ''}{quote}{MASK}{quote}"
 
 
 def redact_values(values: Mapping[str, object]) -> dict[str, str]:

@@ -41,7 +41,8 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     assert "mlflow server" in commands and "--host 127.0.0.1" in commands and "--dashboard-host=127.0.0.1" in commands
     from platform.tracking.store import SERVER_ENV
 
-    assert all(f"{name}={value} nohup mlflow server" in commands for name, value in SERVER_ENV.items())
+    assert all(f"{name}={value} python -m platform.service start mlflow" in commands
+               for name, value in SERVER_ENV.items())
     assert "0.0.0.0" not in (ROOT / "ray_cluster.yaml").read_text()  # nothing listens on all interfaces
     # the tracking database: PostgreSQL on the head (or a managed one), backed up to the bucket
     assert '--backend-store-uri "${NMT_TRACKING_DB:-postgresql://mlflow@127.0.0.1:5432/mlflow}"' in commands

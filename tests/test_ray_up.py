@@ -68,13 +68,13 @@ class LoopbackHead:
 
     def create(self) -> None:
         subprocess.run(["useradd", "--home-dir", str(self.home), "--create-home", "--shell", "/bin/bash",
-                        "--user-group", "--password", "*", self.user], check=True, capture_output=True)  # "*": no
+                        "--user-group", "--password", "*", self.user], check=True, capture_output=True, timeout=60)  # "*": no
         # password, but not a locked account ("!"), which sshd refuses without PAM
         self._let_the_user_run_python()
         keys = self.base / "keys"
         keys.mkdir()
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host")], check=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "user")], check=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host")], check=True, timeout=60)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "user")], check=True, timeout=60)
         shutil.copy(keys / "user.pub", keys / "authorized_keys")
         (keys / "sshd_config").write_text(
             f"HostKey {keys / 'host'}\nAuthorizedKeysFile {keys / 'authorized_keys'}\nAllowUsers {self.user}\n"
@@ -176,10 +176,10 @@ class LoopbackHead:
                 process.kill()
             psutil.wait_procs(still, timeout=10)
         finally:
-            subprocess.run(["userdel", self.user], capture_output=True)
+            subprocess.run(["userdel", self.user], capture_output=True, timeout=60)
             try:
                 grp.getgrnam(self.user)
-                subprocess.run(["groupdel", self.user], capture_output=True)
+                subprocess.run(["groupdel", self.user], capture_output=True, timeout=60)
             except KeyError:
                 pass
             for directory, mode in reversed(self.opened):

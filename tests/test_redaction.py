@@ -38,11 +38,72 @@ def test_a_password_in_a_uri_or_a_credential_in_its_query_is_masked(text, shown)
     assert redact(redact(text)) == redact(text)
 
 
+P = PLANTED
+# what users paste: headers, environment lines, JSON and YAML, tokens as a URL's user, camelCase
+# names, other separators; each keeps everything but the secret
+ADVERSARIAL = [
+    (f"Authorization: Bearer {P}", "Authorization: Bearer ***"),
+    (f"authorization: basic {P}", "authorization: basic ***"),
+    (f"curl -H 'Authorization: Bearer {P}' https://h/api", "curl -H 'Authorization: Bearer ***' https://h/api"),
+    (f'-H "Authorization: Token {P}"', '-H "Authorization: Token ***"'),
+    (f"AWS_SECRET_ACCESS_KEY={P}", "AWS_SECRET_ACCESS_KEY=***"),
+    (f"export AWS_SECRET_ACCESS_KEY={P} AWS_REGION=us-east-1", "export AWS_SECRET_ACCESS_KEY=*** AWS_REGION=us-east-1"),
+    (f"GITHUB_TOKEN={P} python -m platform.tune", "GITHUB_TOKEN=*** python -m platform.tune"),
+    (f"PGPASSWORD={P} psql", "PGPASSWORD=*** psql"),
+    (f"password={P}", "password=***"),
+    (f"the password={P} did not work", "the password=*** did not work"),
+    (f"api_key={P}", "api_key=***"),
+    (f"--api-key={P}", "--api-key=***"),
+    (f"MLFLOW_TRACKING_PASSWORD={P}", "MLFLOW_TRACKING_PASSWORD=***"),
+    (f'{{"password": "{P}", "user": "nmt"}}', '{"password": "***", "user": "nmt"}'),
+    (f'{{"api_key":"{P}"}}', '{"api_key":"***"}'),
+    (f"{{'secret': '{P}'}}", "{'secret': '***'}"),
+    (f"password: {P}", "password: ***"),
+    (f"  aws_secret_access_key: {P}\n  region: us-east-1", "  aws_secret_access_key: ***\n  region: us-east-1"),
+    (f"client_secret = {P}", "client_secret = ***"),
+    (f"https://{P}@github.com/org/repo.git", "https://***@github.com/org/repo.git"),
+    (f"git+https://{P}@github.com/org/repo", "git+https://***@github.com/org/repo"),
+    (f"http://{P}@127.0.0.1:5000", "http://***@127.0.0.1:5000"),
+    (f"https://user:{P}@h/x", "https://user:***@h/x"),
+    (f"apiKey={P}", "apiKey=***"),
+    (f"sessionToken={P}", "sessionToken=***"),
+    (f'{{"accessToken": "{P}"}}', '{"accessToken": "***"}'),
+    (f"clientSecret: {P}", "clientSecret: ***"),
+    (f"https://h/x?a=1;token={P}", "https://h/x?a=1;token=***"),
+    (f"https://h/x?a=1&amp;token={P}&amp;b=2", "https://h/x?a=1&amp;token=***&amp;b=2"),
+    (f"https://h/x?key={P}", "https://h/x?key=***"),
+    (f"https://h/x?sig={P}&se=2026", "https://h/x?sig=***&se=2026"),
+    (f"postgresql://u@h/db?password={P}", "postgresql://u@h/db?password=***"),
+    (f"postgresql://u@h/db?sslmode=require&sslpassword={P}", "postgresql://u@h/db?sslmode=require&sslpassword=***"),
+    (f"mysql://root:{P}@db/mlflow", "mysql://root:***@db/mlflow"),
+    (f"POSTGRESQL://u:{P}@h/db", "POSTGRESQL://u:***@h/db"),
+    (f"cockroachdb://u:{P}@h:26257/db", "cockroachdb://u:***@h:26257/db"),
+    (f"Cookie: session_id=1; auth_token={P}", "Cookie: session_id=1; auth_token=***"),
+    (f"X-Api-Key: {P}", "X-Api-Key: ***"),
+    (f"private_key={P}", "private_key=***"),
+    (f"db passphrase: '{P}'", "db passphrase: '***'"),
+    (f"error: s3://k:{P}@b/x and Authorization: Bearer {P}", "error: s3://k:***@b/x and Authorization: Bearer ***"),
+    (f"[{{\"token\": \"{P}\"}}]", "[{\"token\": \"***\"}]"),
+]
+
+
+@pytest.mark.parametrize("text,shown", ADVERSARIAL)
+def test_what_users_paste_is_masked(text, shown):
+    assert len(ADVERSARIAL) >= 40
+    assert redact(text) == shown and PLANTED not in redact(text)
+    assert redact(redact(text)) == redact(text)
+
+
 @pytest.mark.parametrize("text", ["postgresql://nmt@127.0.0.1:5432/mlflow", "sqlite:////tmp/runs/mlflow.db",
                                   "s3://b/x?tokenizer=spm&max_tokens=4096&keyword=a&passfile=/p&sslkey=/k",
                                   "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning",
                                   "http://127.0.0.1:5000", "s3://bucket/runs?region=us-east-1", "optim.lr=0.002",
-                                  "trial 3f2a epoch 1/2  dev_bleu 12.5", "/data/ja-en/train.parquet"])
+                                  "trial 3f2a epoch 1/2  dev_bleu 12.5", "/data/ja-en/train.parquet",
+                                  "error: --set expects key=value, got 'x'", "unknown key: model.p_encc",
+                                  "tokenizer: 13a", "max_tokens=4096", "monkey=1", "keyword: x",
+                                  "[  0:06] trial e343c9e7 started  p_enc=1", "RAY_AUTH_MODE=token",
+                                  "passfile=/home/u/.pgpass", "--tokenize ja-mecab", "time: 0m46s",
+                                  "Ray session: /tmp/ray/session_2026-11-28", "postgresql://mlflow@127.0.0.1/optuna"])
 def test_everything_else_is_left_as_it_was(text):
     assert redact(text) == text
 
@@ -114,9 +175,12 @@ def test_a_backup_hands_pg_dump_the_password_in_its_environment_not_on_its_comma
     fake.parent.mkdir()
     fake.write_text(FAKE_PG_DUMP)
     fake.chmod(0o755)
+    (fake.parent / "pg_restore").write_text("#!/bin/sh\ncat\n")  # the dump's content, as is
+    (fake.parent / "pg_restore").chmod(0o755)
     database = f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/mlflow"
     result = subprocess.run([sys.executable, "-m", "platform.backup", "--database", database, "--to",
-                             str(tmp_path / "backups"), "--pg-dump", str(fake)],
+                             str(tmp_path / "backups"), "--pg-dump", str(fake),
+                             "--pg-restore", str(fake.parent / "pg_restore")],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     argv = (fake.parent / "argv").read_text()
