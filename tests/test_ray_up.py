@@ -67,14 +67,15 @@ class LoopbackHead:
         self.down = False  # whether the test reached its ray down
 
     def create(self) -> None:
+        # password "*": none, but not a locked account ("!"), which sshd refuses without PAM
         subprocess.run(["useradd", "--home-dir", str(self.home), "--create-home", "--shell", "/bin/bash",
-                        "--user-group", "--password", "*", self.user], check=True, capture_output=True, timeout=60)  # "*": no
-        # password, but not a locked account ("!"), which sshd refuses without PAM
+                        "--user-group", "--password", "*", self.user], check=True, capture_output=True, timeout=60)
         self._let_the_user_run_python()
         keys = self.base / "keys"
         keys.mkdir()
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "host")], check=True, timeout=60)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "user")], check=True, timeout=60)
+        for key in ("host", "user"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / key)], check=True,
+                           timeout=60)
         shutil.copy(keys / "user.pub", keys / "authorized_keys")
         (keys / "sshd_config").write_text(
             f"HostKey {keys / 'host'}\nAuthorizedKeysFile {keys / 'authorized_keys'}\nAllowUsers {self.user}\n"
