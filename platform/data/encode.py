@@ -35,6 +35,7 @@ from platform.data.parsing import Segmenter, read_segmenter
 from platform.data.subwords import SubwordConfig, SubwordModel, train_subwords
 from platform.data.trees import binary_tree, project_heads, word_depths
 from platform.errors import InputError, UserError
+from platform.redaction import redact
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,7 +261,7 @@ def _write_all(tmp: Path, config: PrepareConfig, files: dict[str, tuple[str, str
         stats: dict[str, int] = {}
         pairs = tqdm(read_pairs(pair, config), desc=f"encode {split}", unit=" pair", disable=not progress, leave=False)
         ds.write_split(tmp, split, encode_batches(pairs, models, config, filter_long=split == "train", stats=stats))
-        splits[split] = {**stats, "files": list(pair)}
+        splits[split] = {**stats, "files": [redact(str(path)) for path in pair]}
     for side, blob in models_bytes.items():
         ds.write_subword_model(tmp, side, blob)
     return {
@@ -270,10 +271,10 @@ def _write_all(tmp: Path, config: PrepareConfig, files: dict[str, tuple[str, str
         "vocab_size": {"src": len(models[0]), "tgt": len(models[1])},
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
         "splits": splits,
-        "inputs_sha256": {path: storage.input_sha256(path) for pair in files.values() for path in pair},
+        "inputs_sha256": {redact(str(path)): storage.input_sha256(path) for pair in files.values() for path in pair},
         "subword_library": f"sentencepiece {sentencepiece.__version__}",
         "config": config_io.to_dict(config),
-        "command": shlex.join([Path(sys.executable).name, "-m", "platform.prepare", *sys.argv[1:]]),
+        "command": redact(shlex.join([Path(sys.executable).name, "-m", "platform.prepare", *sys.argv[1:]])),
     }
 
 

@@ -50,6 +50,7 @@ from platform.data import storage
 from platform.data.batch import LIST_COLUMNS
 from platform.data.examples import Examples
 from platform.errors import UserError
+from platform.redaction import redact
 
 CACHE_ENV = "NMT_DATA_CACHE"
 FORMAT = 1
@@ -149,7 +150,8 @@ def convert(source: storage.Location, target: Path, dtypes: dict[str, np.dtype])
         rows = _convert_rows(source, arrays)
         pa.default_memory_pool().release_unused()  # the reader's buffers: Arrow's allocator keeps them otherwise
         arrays.close()
-        manifest = json.dumps({"format": FORMAT, "rows": rows, "source": str(source), "arrays": arrays.described()})
+        manifest = json.dumps({"format": FORMAT, "rows": rows, "source": redact(str(source)),  # no credentials
+                               "arrays": arrays.described()})
         with open(tmp / MANIFEST, "w") as handle:
             handle.write(manifest + "\n")
             handle.flush()
