@@ -207,3 +207,16 @@ def test_a_study_storage_password_stays_out_of_what_tune_pickles(postgres, monke
     assert PLANTED.encode() not in pickle.dumps(storage)
     assert os.environ["PGPASSWORD"] == PLANTED
     assert len(load_study(url, "s").trials) == 2
+
+
+def test_a_prepared_datasets_metadata_keeps_no_credential_of_its_command_line(tmp_path, monkeypatch):
+    """``meta.json`` records the command that made the dataset, as typed: without the secret of a
+    URI in it (an ``--out s3://KEY:SECRET@bucket/...``)."""
+    from platform.prepare import main
+
+    out = tmp_path / "small"
+    monkeypatch.setattr(sys, "argv", ["platform.prepare", "--out", f"s3://AKIAEXAMPLE:{PLANTED}@bucket/small"])
+    assert main(["--data", "demo", "--demo-sizes", "200,20,20", "--vocab-size", "200", "--out", str(out),
+                 "--quiet"]) == 0
+    meta = (out / "meta.json").read_text()
+    assert "s3://AKIAEXAMPLE:***@bucket/small" in meta and PLANTED not in meta
