@@ -191,22 +191,46 @@ def test_a_backup_hands_pg_dump_the_password_in_its_environment_not_on_its_comma
 
 
 
-def test_a_study_storage_password_stays_out_of_what_tune_pickles(postgres, monkeypatch):
+def test_a_study_storage_password_stays_out_of_what_tune_pickles(postgres, monkeypatch, tmp_path):
     """The Optuna storage the searcher holds (Ray Tune pickles it into the sweep's saved state)
-    keeps the URL without its password; libpq gets the password from ``PGPASSWORD``."""
+    keeps the URL without its password, in whatever form the URL carries it; libpq reads it from
+    a password file of this storage's own (the role below may log in with its password only), and
+    the process's environment is left alone, so other connections keep their ``~/.pgpass``."""
     import pickle
+    import stat
 
     import optuna
+    import psycopg
 
-    from platform.launch.study import load_study, open_storage
+    from platform.errors import UserError
+    from platform.launch.study import kept_url, load_study, open_storage
 
     monkeypatch.delenv("PGPASSWORD", raising=False)
-    url = postgres.database("pickled_study").replace("://nmt@", f"://nmt:{PLANTED}@")
-    storage = open_storage(url)
-    optuna.create_study(study_name="s", storage=storage).optimize(lambda trial: trial.suggest_float("x", 0, 1), 2)
-    assert PLANTED.encode() not in pickle.dumps(storage)
-    assert os.environ["PGPASSWORD"] == PLANTED
-    assert len(load_study(url, "s").trials) == 2
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    url = postgres.database("pickled_study")
+    with psycopg.connect(url, autocommit=True) as connection:  # a role that must give its password
+        connection.execute(f"create role sweeper login password '{PLANTED}:x'")
+        connection.execute("grant all on schema public to sweeper")
+        connection.execute("alter database pickled_study owner to sweeper")
+    hba = postgres.data / "pg_hba.conf"
+    hba.write_text("host all sweeper 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+    postgres._run("pg_ctl", "-D", str(postgres.data), "reload")
+    with_password = url.replace("://nmt@", f"://sweeper:{PLANTED}%3Ax@")
+    for form in (with_password, with_password.replace("postgresql", "POSTGRESQL"),
+                 url.replace("://nmt@", "://sweeper@") + f"?password={PLANTED}%3Ax"):
+        storage = open_storage(form)
+        optuna.create_study(study_name="s", storage=storage, load_if_exists=True).optimize(
+            lambda trial: trial.suggest_float("x", 0, 1), 1)
+        assert PLANTED.encode() not in pickle.dumps(storage), form
+        assert "PGPASSWORD" not in os.environ
+    assert len(load_study(with_password, "s").trials) == 3
+    files = list((tmp_path / "cache" / "syntax-nmt" / "pgpass").iterdir())
+    assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    with pytest.raises(UserError, match="without a passphrase"):
+        kept_url(f"postgresql://u@h/db?sslpassword={PLANTED}")
+    with pytest.raises(UserError, match="option file") as refused:
+        kept_url(f"mysql://root:{PLANTED}@db/optuna")
+    assert PLANTED not in str(refused.value)
 
 
 def test_a_prepared_datasets_metadata_keeps_no_credential_of_its_command_line(tmp_path, monkeypatch):

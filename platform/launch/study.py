@@ -20,13 +20,16 @@ read.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import warnings
 from collections import Counter
 from pathlib import Path
 
-from platform.redaction import split_password
+from platform import atomic
+from platform.errors import UserError
+from platform.redaction import redact
 
 STUDY_FILE = "optuna.db"
 STORAGE_ENV = "NMT_STUDY_STORAGE"  # the default --study-storage (the cluster file sets it)
@@ -65,14 +68,48 @@ def sqlite_file(url: str) -> Path | None:
 
 def kept_url(url: str) -> str:
     """The storage URL Optuna keeps in its storage object, which Ray Tune pickles into the
-    sweep's saved state (in its storage path): a PostgreSQL password moves to libpq's
-    ``PGPASSWORD`` in this process's environment instead, so that state holds no secret (the
-    driver of a resumed sweep sets it again from the same URL before Tune unpickles it)."""
-    without, password = split_password(url)
-    if password is None or not url.startswith(("postgresql", "postgres")):
+    sweep's saved state (in its storage path): a PostgreSQL password (the URL's user info or
+    ``?password=``) moves to a libpq password file of its own, which the URL then names
+    (``?passfile=``), so that state holds no secret and only this storage's connections read it
+    (``PGPASSWORD`` would stand in for every other connection's ``~/.pgpass`` in the process).  The
+    file (mode 600, under ``~/.cache/syntax-nmt/pgpass``) is named by the rest of the URL, so the
+    driver of a resumed sweep writes the same file from the same URL before Tune unpickles it.  A
+    password that cannot move so (another database's, an ``sslpassword``) is refused."""
+    from sqlalchemy.engine import URL, make_url
+
+    if "://" not in url:
         return url
-    os.environ["PGPASSWORD"] = password
-    return without
+    parsed = make_url(url)
+    parsed = parsed.set(drivername=parsed.drivername.lower())  # POSTGRESQL:// is postgresql://
+    query = dict(parsed.query)
+    password = parsed.password if parsed.password is not None else query.pop("password", None)
+    if "sslpassword" in query:
+        raise UserError(f"{redact(url)}: an sslpassword in the study storage's URL would be saved with the sweep "
+                        f"(Ray Tune pickles the URL); use a client key without a passphrase, readable by you only")
+    if password is None:
+        return url
+    if parsed.get_backend_name() not in ("postgresql", "cockroachdb"):
+        raise UserError(f"{redact(url)}: a {parsed.get_backend_name()} password in the study storage's URL would be "
+                        f"saved with the sweep (Ray Tune pickles the URL); put it in the database client's own "
+                        f"option file instead")
+    without = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database, query)
+    passfile = _password_file(without.render_as_string(hide_password=False), str(password))
+    return without.update_query_dict({"passfile": str(passfile)}).render_as_string(hide_password=False)
+
+
+def _password_file(url: str, password: str) -> Path:
+    """A libpq password file that gives ``password`` to any connection that names it."""
+    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "syntax-nmt" / "pgpass"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / hashlib.sha256(url.encode()).hexdigest()[:16]
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    old = os.umask(0o077)  # libpq ignores a password file others can read
+    try:
+        atomic.write_file(path, lambda handle: handle.write(f"*:*:*:*:{escaped}\n".encode()))
+    finally:
+        os.umask(old)
+    path.chmod(0o600)
+    return path
 
 
 def open_storage(url: str):
