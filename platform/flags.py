@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from platform.errors import UserError
+from platform.redaction import redact
+
 TRACKING_URI_HELP = "MLflow tracking URI (default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db)"
 DATA_HELP = ("'demo' (the built-in synthetic corpus), 'demo-large' (its harder version) or a prepared dataset "
              "directory")
@@ -24,3 +27,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) 
     parser.add_argument("--average-last", type=int, metavar="N",
                         help="average the weights of the last N checkpoints the run kept (Vaswani et al.: 5) "
                              "instead of the best checkpoint")
+
+
+def no_password(flag: str, value: str | None, instead: str) -> None:
+    """Refuse a credential in a flag's value: a command line shows in ``ps`` to every user of the
+    machine and is kept as a Ray job's entrypoint (a sweep submitted as a job), so a password
+    comes from the environment or a file (``instead``)."""
+    if value and redact(value) != value:
+        raise UserError(f"{flag} {redact(value)}: a password on the command line shows in ps and in a Ray job's "
+                        f"stored entrypoint; {instead}")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from models import MODELS
 from platform.errors import run_cli
-from platform.flags import DATA_HELP, TRACKING_URI_HELP
+from platform.flags import DATA_HELP, TRACKING_URI_HELP, no_password
 from platform.launch.cluster import default_storage_path
 from platform.launch.training_run import TrainRequest, train
 from platform.training import recipes
@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     started_at = time.time()
     args = build_parser().parse_args(argv)
+    no_password("--tracking-uri", args.tracking_uri, "set MLFLOW_TRACKING_URI, or put it in ~/.pgpass")
     return train(TrainRequest(**vars(args), started_at=started_at))
 
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 
 from platform.errors import run_cli
-from platform.flags import DATA_HELP, TRACKING_URI_HELP
+from platform.flags import DATA_HELP, TRACKING_URI_HELP, no_password
 from platform.launch.cluster import default_storage_path
 from platform.launch.searcher import SCHEDULERS, SEARCHERS
 from platform.launch.tuning import SweepRequest, tune
@@ -124,6 +124,8 @@ def parse_duration(text: str) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     launched_at = time.time()
     args = build_parser().parse_args(argv)
+    no_password("--study-storage", args.study_storage, "set NMT_STUDY_STORAGE, or put it in ~/.pgpass")
+    no_password("--tracking-uri", args.tracking_uri, "set MLFLOW_TRACKING_URI, or put it in ~/.pgpass")
     return tune(SweepRequest(**vars(args), launched_at=launched_at))
 
 

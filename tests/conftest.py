@@ -43,6 +43,9 @@ def pytest_configure(config):
         token.chmod(0o600)
         os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)})
         config._nmt_ray_token = token
+    if not os.environ.get("NMT_PASSWORD_FILES"):  # the study storages' password files: this run's own
+        os.environ["NMT_PASSWORD_FILES"] = tempfile.mkdtemp(prefix="nmt-pgpass-")
+        config._nmt_password_files = os.environ["NMT_PASSWORD_FILES"]
     if not os.environ.get("NMT_DATA_CACHE"):  # the workers' node-local train copies: this run's own
         cache = tempfile.mkdtemp(prefix="nmt-data-cache-")
         os.environ["NMT_DATA_CACHE"] = cache
@@ -50,6 +53,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "_nmt_password_files", "") or "/nonexistent", ignore_errors=True)
     cache = getattr(config, "_nmt_data_cache", None)
     if cache is not None:
         shutil.rmtree(cache, ignore_errors=True)

@@ -206,7 +206,7 @@ def test_a_study_storage_password_stays_out_of_what_tune_pickles(postgres, monke
     from platform.launch.study import kept_url, load_study, open_storage
 
     monkeypatch.delenv("PGPASSWORD", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("NMT_PASSWORD_FILES", str(tmp_path / "pgpass"))
     url = postgres.database("pickled_study")
     with psycopg.connect(url, autocommit=True) as connection:  # a role that must give its password
         connection.execute(f"create role sweeper login password '{PLANTED}:x'")
@@ -224,7 +224,7 @@ def test_a_study_storage_password_stays_out_of_what_tune_pickles(postgres, monke
         assert PLANTED.encode() not in pickle.dumps(storage), form
         assert "PGPASSWORD" not in os.environ
     assert len(load_study(with_password, "s").trials) == 3
-    files = list((tmp_path / "cache" / "syntax-nmt" / "pgpass").iterdir())
+    files = list((tmp_path / "pgpass").iterdir())
     assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
     with pytest.raises(UserError, match="without a passphrase"):
         kept_url(f"postgresql://u@h/db?sslpassword={PLANTED}")
@@ -244,3 +244,18 @@ def test_a_prepared_datasets_metadata_keeps_no_credential_of_its_command_line(tm
                  "--quiet"]) == 0
     meta = (out / "meta.json").read_text()
     assert "s3://AKIAEXAMPLE:***@bucket/small" in meta and PLANTED not in meta
+
+
+@pytest.mark.parametrize("module,flag", [("tune", "--study-storage"), ("tune", "--tracking-uri"),
+                                         ("train", "--tracking-uri")])
+def test_a_password_on_the_command_line_is_refused_before_anything_runs(module, flag, capsys):
+    """A command line shows in ``ps`` and is kept as a Ray job's entrypoint: the password comes
+    from the environment or ``~/.pgpass`` instead."""
+    import importlib
+
+    from helpers import run_in_process
+
+    main = importlib.import_module(f"platform.{module}").main
+    extra = ["--model", "dbsa"] if module == "train" else ["--space", "dbsa"]
+    result = run_in_process(main, [*extra, flag, f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/db"], capsys)
+    assert result.returncode == 2 and "shows in ps" in result.stderr and PLANTED not in result.stderr

@@ -32,6 +32,7 @@ from platform.errors import UserError
 from platform.redaction import redact
 
 STUDY_FILE = "optuna.db"
+PASSWORD_FILES_ENV = "NMT_PASSWORD_FILES"  # where kept_url's password files go (default ~/.cache/syntax-nmt/pgpass)
 STORAGE_ENV = "NMT_STUDY_STORAGE"  # the default --study-storage (the cluster file sets it)
 MIN_COMPLETE = 4  # trials an importance plot is fitted on, at least
 CONTOUR_KNOBS = 3  # the contour plot's knobs (every pair of them)
@@ -99,7 +100,7 @@ def kept_url(url: str) -> str:
 
 def _password_file(url: str, password: str) -> Path:
     """A libpq password file that gives ``password`` to any connection that names it."""
-    directory = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "syntax-nmt" / "pgpass"
+    directory = Path(os.environ.get(PASSWORD_FILES_ENV) or Path.home() / ".cache" / "syntax-nmt" / "pgpass")
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / hashlib.sha256(url.encode()).hexdigest()[:16]
     escaped = password.replace("\\", "\\\\").replace(":", "\\:")
