@@ -259,3 +259,23 @@ def test_a_password_on_the_command_line_is_refused_before_anything_runs(module, 
     extra = ["--model", "dbsa"] if module == "train" else ["--space", "dbsa"]
     result = run_in_process(main, [*extra, flag, f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/db"], capsys)
     assert result.returncode == 2 and "shows in ps" in result.stderr and PLANTED not in result.stderr
+
+
+def test_the_sweeps_callbacks_that_tune_pickles_hold_no_tracking_password(monkeypatch):
+    """Ray Tune pickles the sweep's callbacks into its saved state (``tuner.pkl``): the one that
+    closes trial runs holds a tracking URI with a password as nothing, and reads it from
+    ``$MLFLOW_TRACKING_URI`` (where alone such a URI comes from) when it closes a run."""
+    import ray.cloudpickle
+
+    from platform.errors import UserError
+    from platform.launch.sweep import _close_trial_runs_callback, held_tracking_uri, tracking_uri_of
+
+    uri = f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/mlflow"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    callback = _close_trial_runs_callback(uri, "sweep", "0123abcd", 4)
+    assert PLANTED.encode() not in ray.cloudpickle.dumps(callback)
+    assert tracking_uri_of(held_tracking_uri(uri)) == uri
+    assert held_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    with pytest.raises(UserError, match="MLFLOW_TRACKING_URI"):
+        held_tracking_uri(uri)

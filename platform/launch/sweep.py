@@ -132,8 +132,31 @@ def trial_run_tags(parent_run_id: str, trial_id: str) -> dict[str, str]:
     return {"mlflow.parentRunId": parent_run_id, "trial_id": trial_id}
 
 
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+
+
+def held_tracking_uri(tracking_uri: str) -> str | None:
+    """What a callback that Ray Tune pickles into the sweep's saved state may hold of the tracking
+    URI: the URI, or None where it carries a credential.  Such a URI can only come from
+    ``$MLFLOW_TRACKING_URI`` (the command line refuses one), where ``tracking_uri_of`` reads it
+    when it is needed, in the driver's process."""
+    if redact(tracking_uri) == tracking_uri:
+        return tracking_uri
+    if os.environ.get(TRACKING_URI_ENV) != tracking_uri:
+        raise UserError(f"{redact(tracking_uri)}: a tracking URI with a password is read from ${TRACKING_URI_ENV} "
+                        f"only (what Ray Tune saves must not hold it)")
+    return None
+
+
+def tracking_uri_of(held: str | None) -> str:
+    return held if held is not None else os.environ[TRACKING_URI_ENV]
+
+
 def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id: str, max_iterations: int):
     import ray.tune
+
+    held = held_tracking_uri(tracking_uri)
+    del tracking_uri  # the callback is pickled: it keeps ``held`` only
 
     class CloseTrialRuns(ray.tune.Callback):
         """A trial stopped by ASHA is killed mid-training: its MLflow run is closed here, on the
@@ -154,6 +177,7 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
 
         def _close(self, trial, error):
             epochs = int(trial.last_result.get("training_iteration", 0)) if trial.last_result else 0
+            tracking_uri = tracking_uri_of(held)
             RunCloser.of(tracking_uri, parent_run_id).close(
                 f"the close of trial {trial.trial_id}'s run",
                 lambda: close_trial_run(tracking_uri, experiment, parent_run_id, trial.trial_id,
