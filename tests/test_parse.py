@@ -132,3 +132,22 @@ def test_an_unknown_language_needs_a_pipeline(tmp_path):
     result = run_module("platform.parse", "--lang", "xx", "--in", source, "--out", tmp_path / "o.conllu")
     assert result.returncode == 2 and "no default spaCy pipeline for 'xx'" in result.stderr
     assert list(tmp_path.iterdir()) == [source]
+
+
+def test_a_pipeline_retrained_in_place_keys_new_shards(tmp_path):
+    """A shard written by a pipeline is not reused after that pipeline's files changed under the
+    same name and version (retrained in place): the shard key holds the files' digest."""
+    require_module("spacy", "the [parse] extra")
+    from platform.launch.parse_job import ParseConfig, shard_key
+
+    pipeline = tmp_path / "my_pipeline"
+    (pipeline / "parser").mkdir(parents=True)
+    (pipeline / "meta.json").write_text('{"lang": "ja", "name": "mine", "version": "1.0.0"}')
+    (pipeline / "parser" / "model").write_bytes(b"weights 1")
+    config = ParseConfig(source="in.txt", out=tmp_path / "out.conllu", model=str(pipeline), strip_spaces=True,
+                         pretokenized=False)
+    meta = {"lang": "ja", "name": "mine", "version": "1.0.0"}
+    before = shard_key(config, meta)
+    assert shard_key(config, meta) == before
+    (pipeline / "parser" / "model").write_bytes(b"weights 2")  # retrained: same name, same version
+    assert shard_key(config, meta) != before

@@ -11,6 +11,7 @@ segmented from elsewhere), and ``segmented`` applies it to raw text at translati
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from collections.abc import Iterable, Iterator
@@ -89,6 +90,23 @@ def pipeline_meta(name: str) -> dict[str, Any]:
         return spacy.util.get_model_meta(path)
     except (ImportError, OSError):
         raise _not_installed(name) from None
+
+
+def pipeline_digest(name: str) -> str:
+    """A sha256 of every file of the pipeline (its package or directory, read in chunks): a
+    pipeline retrained in place keeps its name and version, not this digest."""
+    spacy = _spacy()
+    try:
+        root = Path(name) if Path(name).is_dir() else spacy.util.get_package_path(name)
+    except ImportError:
+        raise _not_installed(name) from None
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f"{path.relative_to(root)}\0".encode())
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 @cache

@@ -13,7 +13,7 @@ on the workers and picks its own blocks and file names.
 1. ``plan_shards`` reads the input once: every line is checked (valid UTF-8, not blank: a
    ``FILE:LINE`` error before any Ray work) and each shard's lines hashed.
 2. Shard *i* is written to ``OUT.shards/i-KEY.conllu``, KEY a hash of its lines and of everything
-   else its trees depend on (``shard_key``: the pipeline and its version, the space handling, the
+   else its trees depend on (``shard_key``: the pipeline, its version and its files, the space handling, the
    batch and shard sizes); shards whose file is there already are skipped.
 3. ``ShardParser`` actors (one CPU each; Ray gives such a process one BLAS thread) load the
    pipeline, which must be the version the driver found, and parse the other shards, ``IN_FLIGHT``
@@ -41,7 +41,14 @@ from typing import Any
 from tqdm import tqdm
 
 from platform import atomic
-from platform.data.parsing import load_pipeline, parse_lines, parser_text, pipeline_meta, segmenter_of
+from platform.data.parsing import (
+    load_pipeline,
+    parse_lines,
+    parser_text,
+    pipeline_digest,
+    pipeline_meta,
+    segmenter_of,
+)
 from platform.data.storage import open_text_lines
 from platform.errors import ConfigError, InputError, UserError
 
@@ -153,8 +160,10 @@ def reread(config: ParseConfig, plan: list[Shard]) -> Iterator[tuple[Shard, list
 
 
 def shard_key(config: ParseConfig, meta: dict[str, Any]) -> str:
-    """Everything a shard's trees depend on besides its lines."""
+    """Everything a shard's trees depend on besides its lines: the pipeline's name, version and
+    files (a pipeline retrained in place is another pipeline), and how it is run."""
     return json.dumps({**segmenter_of(meta, config.strip_spaces), "model": config.model,
+                       "files": pipeline_digest(config.model),
                        "pretokenized": config.pretokenized, "batch_size": config.batch_size,
                        "shard_size": config.shard_size}, sort_keys=True)
 
