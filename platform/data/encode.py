@@ -260,7 +260,9 @@ def _write_all(tmp: Path, config: PrepareConfig, files: dict[str, tuple[str, str
         log(f"encoding {split}")
         stats: dict[str, int] = {}
         pairs = tqdm(read_pairs(pair, config), desc=f"encode {split}", unit=" pair", disable=not progress, leave=False)
-        ds.write_split(tmp, split, encode_batches(pairs, models, config, filter_long=split == "train", stats=stats))
+        written = ds.write_split(tmp, split, encode_batches(pairs, models, config, filter_long=split == "train",
+                                                            stats=stats))
+        stats["sha256"] = storage.input_sha256(written)  # what the workers' node-local copies are named by
         splits[split] = {**stats, "files": [redact(str(path)) for path in pair]}
     for side, blob in models_bytes.items():
         ds.write_subword_model(tmp, side, blob)

@@ -18,9 +18,11 @@ The copy keeps what training reads and nothing else:
 - each side's lengths, from which the batch plan is made;
 - no texts: the train split's texts are never read (dev and test stay in memory with theirs).
 
-A copy is named by a hash of the dataset's metadata and its train file's size, so a dataset
-prepared again gets a new one; it appears by an atomic rename (synced first), built under a file
-lock by one worker while the node's others wait; a copy a crash left short is made again.  The
+A copy is named by a hash of the dataset's metadata and its train split's content (the sha256
+``prepare`` records), so a dataset prepared again gets a new one; it appears by an atomic rename
+(synced first), built under a file lock by one worker while the node's others wait; a copy a
+crash left short is moved aside (``.NAME.stale-...``, never deleted under a process that may map
+it) and made again.  The
 cache belongs on a node-local disk: a directory shared between hosts relies on their file
 locks working across hosts.  Copies are not removed: delete the cache directory to
 reclaim the disk (about 10 bytes per subword of the train split).
@@ -79,7 +81,7 @@ def node_local_train(directory: str, meta: dict[str, Any], log=lambda message: N
         root.mkdir(parents=True, exist_ok=True)
         with _locked(root / f"{target.name}.lock"):
             if not _complete(target):
-                shutil.rmtree(target, ignore_errors=True)  # a copy a crash left short: made again
+                _set_aside(target)  # a copy a crash left short: made again
                 started = time.perf_counter()
                 convert(source, target, dtypes_for(meta))
                 size = sum(p.stat().st_size for p in target.iterdir())
@@ -101,14 +103,26 @@ def _complete(target: Path) -> bool:
         return False
 
 
+def _set_aside(target: Path) -> None:
+    """Move an incomplete copy out of the way rather than delete it: a process on another host of
+    a shared cache directory may still map its files, and deleting them under it (NFS) would end
+    it with SIGBUS; a renamed file stays readable to whoever has it open."""
+    if target.exists():
+        target.rename(target.with_name(f".{target.name}.stale-{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"))
+
+
 def copy_name(source: storage.Location, meta: dict[str, Any]) -> str:
-    try:
-        size = source.fs.get_file_info(source.path).size
-    except OSError as error:
-        raise UserError(f"{source}: cannot read: {error}") from None
-    if size is None:
-        raise UserError(f"{source}: file not found")
-    identity = json.dumps({"format": FORMAT, "meta": meta, "size": size}, sort_keys=True)
+    """A copy is named by the train split's content (the sha256 ``prepare`` records; read from the
+    file for a dataset prepared before it did) and the metadata its conversion depends on."""
+    content = meta.get("splits", {}).get("train", {}).get("sha256")
+    if content is None:
+        try:
+            content = storage.input_sha256(source.uri)
+        except FileNotFoundError:
+            raise UserError(f"{source}: file not found") from None
+        except OSError as error:
+            raise UserError(f"{source}: cannot read: {error}") from None
+    identity = json.dumps({"format": FORMAT, "meta": meta, "train_sha256": content}, sort_keys=True)
     return hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 

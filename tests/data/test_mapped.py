@@ -176,3 +176,26 @@ def test_an_unreadable_train_file_is_one_line_naming_it(demo_dataset, cache, tmp
         open_mapped(broken)
     assert str(raised.value).startswith(f"{broken / 'train.parquet'}: cannot read: ") and "\n" not in str(raised.value)
     assert not [p for p in cache.iterdir() if p.is_dir()]
+
+
+def test_a_copy_is_named_by_the_train_splits_content_and_a_short_one_is_set_aside_not_deleted(demo_dataset, cache):
+    """Two train splits of one size and metadata but other content get other copies (``prepare``
+    records the split's sha256); a copy found short is moved aside, so a process that maps its
+    files (another host of a shared cache) keeps them, and a whole copy is made again."""
+    meta = ds.read_meta(demo_dataset)
+    source = ds.storage.locate(demo_dataset).child("train.parquet")
+    assert meta["splits"]["train"]["sha256"] == ds.storage.input_sha256(source.uri)
+    other = {**meta, "splits": {**meta["splits"], "train": {**meta["splits"]["train"], "sha256": "0" * 64}}}
+    assert mapped.copy_name(source, other) != mapped.copy_name(source, meta)
+    legacy = {**meta, "splits": {**meta["splits"], "train": {k: v for k, v in meta["splits"]["train"].items()
+                                                             if k != "sha256"}}}
+    assert mapped.copy_name(source, legacy) == mapped.copy_name(source, {**legacy, "splits": {
+        **legacy["splits"], "train": {**legacy["splits"]["train"]}}})  # read from the file when not recorded
+    first = open_mapped(demo_dataset)
+    kept = open(next(first.directory.glob("*.bin")), "rb")  # a reader that holds a file of the copy
+    (first.directory / mapped.MANIFEST).write_text("{}")  # found short now
+    again = open_mapped(demo_dataset)
+    assert again.directory == first.directory and (again.directory / mapped.MANIFEST).read_text() != "{}"
+    aside = list(cache.glob(f".{first.directory.name}.stale-*"))
+    assert len(aside) == 1 and kept.read(1) is not None
+    kept.close()
