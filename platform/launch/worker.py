@@ -116,6 +116,7 @@ class RayHooks:
         # the kept weights (averaging window, best N) in the run's storage: they outlive a worker
         self.kept = (KeptWeights(locate(kept_at), config.average_last, config.keep_best, config.best_mode)
                      if rank == 0 and kept_at else None)
+        self.reported_best: int | None = None  # the best update of the last report Ray has (settle_best)
         self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
         self.logger = RunLogger(tracking_uri, run_id) if rank == 0 else None
         self.num_parameters = 0.0  # set by wrap
@@ -197,6 +198,10 @@ class RayHooks:
             self.logger.drain(RunLogger.CLOSE_WAIT_S)  # the logger sends from a thread: wait for it
         with temp_checkpoint(state) as directory:
             ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
+        if self.kept is not None:  # settled one report behind: the report before this one is registered
+            if self.reported_best is not None:
+                self.kept.settle_best(self.reported_best)
+            self.reported_best = int(state["progress"]["best_step"])
 
     def _log(self, metrics, state, evaluation, is_best) -> None:
         """A report in MLflow at its update (``step``); the train metrics that a progress entry
@@ -213,8 +218,6 @@ class RayHooks:
         if evaluation is not None:
             self.logger.text("\n".join(evaluation.hypotheses) + "\n", f"dev_hypotheses/{name}.txt")
             self.logger.tag("sacrebleu_signature", evaluation.signature)
-        if not is_best and self.kept is not None:  # the best's own checkpoint was reported before this one
-            self.kept.settle_best(int(state["progress"]["best_step"]))
         if is_best:
             save_checkpoint(state, self.workdir / "best" / CHECKPOINT_FILE)
             if self.kept is not None:  # where a restarted worker group finds it

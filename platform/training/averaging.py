@@ -79,15 +79,14 @@ class KeptWeights:
                 self.root.child(BEST).child(name).delete()
 
     def keep_best_checkpoint(self, step: int, data: bytes) -> None:
-        """The new best checkpoint (``save_checkpoint``'s bytes) at update ``step``; the one
-        before stays until ``settle_best`` (this one's Ray checkpoint may never be registered),
-        older ones go: at most two whole checkpoints."""
+        """The new best checkpoint (``save_checkpoint``'s bytes) at update ``step``.  None goes
+        here: the ones before stay until ``settle_best`` says a later best is in a registered
+        Ray checkpoint (this one's may never be; a run resumes from the last registered one)."""
         self.root.child(BEST_CHECKPOINT).child(f"update_{step:08d}.pt").write_bytes_atomically(data)
-        for name in self.names(BEST_CHECKPOINT)[:-2]:
-            self.root.child(BEST_CHECKPOINT).child(name).delete()
 
     def settle_best(self, best_step: int) -> None:
-        """At a report after the best one: the best checkpoints older than ``best_step`` go."""
+        """Once a Ray checkpoint whose best was at ``best_step`` is registered (the worker reports
+        it one report later): the best checkpoints older than ``best_step`` go."""
         for name in self.names(BEST_CHECKPOINT):
             if update_of(name) < best_step:
                 self.root.child(BEST_CHECKPOINT).child(name).delete()

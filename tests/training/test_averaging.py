@@ -47,7 +47,14 @@ def test_the_best_checkpoint_before_a_new_one_stays_until_a_later_report(tmp_pat
     kept.forget_after(20)  # the worker died before 30's checkpoint: the run resumes from 20
     assert kept.best_checkpoint().read_bytes() == b"best at 10"
     kept.keep_best_checkpoint(30, b"best at 30, again")
-    kept.settle_best(30)  # the report after 30's
+    kept.keep_best_checkpoint(35, b"best at 35")  # quick new bests: none of them goes
+    kept.keep_best_checkpoint(40, b"best at 40")
+    assert kept.names(BEST_CHECKPOINT) == ["update_00000010.pt", "update_00000030.pt", "update_00000035.pt",
+                                           "update_00000040.pt"]
+    kept.forget_after(25)  # a restart from a checkpoint older than all of them: 10's is still there
+    assert kept.best_checkpoint().read_bytes() == b"best at 10"
+    kept.keep_best_checkpoint(30, b"best at 30, again")
+    kept.settle_best(30)  # a checkpoint whose best is 30 is registered
     assert kept.names(BEST_CHECKPOINT) == ["update_00000030.pt"]
     assert kept.best_checkpoint().read_bytes() == b"best at 30, again"
 
