@@ -12,7 +12,8 @@ each in a fresh process:
 
 - ``prepare``: ``python -m platform.prepare`` on it: wall time and peak RSS;
 - ``worker``: a training worker's private memory (the process's ``RssAnon``: memory no file
-  backs) before and after it opens the train split and collates its first update, per pair, and
+  backs) before and after it opens the train split and collates its first update (and its peak
+  on the way, sampled every 5 ms), per pair, and
   the time that takes, for the node-local memory-mapped split (``mapped``: what training reads;
   ``mapped-first``: the node's first worker, which makes the node's copy) and the whole split
   loaded into memory (``in-memory``, the reader before it);
@@ -168,16 +169,39 @@ def worker_probe(dataset: str, reader: str) -> dict:
         os.environ["NMT_DATA_CACHE"] = tempfile.mkdtemp(prefix="nmt-scale-cache-")
     _warm_up()
     before, began = rss_anon(), time.perf_counter()
-    if reader.startswith("mapped"):
-        examples = ds.PreparedDataset.open(dataset, with_dev=False).train
-    else:
-        examples = ds.read_examples(dataset, "train")
-    sampler = ShardedBatches(examples, batching)
-    next(sampler.updates())
+    with PeakSampler() as peak:  # the making of a copy allocates and frees: its peak, not what is left
+        if reader.startswith("mapped"):
+            examples = ds.PreparedDataset.open(dataset, with_dev=False).train
+        else:
+            examples = ds.read_examples(dataset, "train")
+        sampler = ShardedBatches(examples, batching)
+        next(sampler.updates())
     seconds = time.perf_counter() - began
     grown = rss_anon() - before
     return {"reader": reader, "pairs": len(examples), "private_mb": round(grown / 1e6, 1),
-            "private_bytes_per_pair": round(grown / len(examples), 1), "first_update_s": round(seconds, 2)}
+            "private_bytes_per_pair": round(grown / len(examples), 1),
+            "peak_private_mb": round((peak.peak - before) / 1e6, 1), "first_update_s": round(seconds, 2)}
+
+
+class PeakSampler:
+    """The highest ``rss_anon`` while the block runs, sampled every 5 ms by a thread."""
+
+    def __enter__(self) -> PeakSampler:
+        import threading
+
+        self.peak, self.done = rss_anon(), threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.005):
+            self.peak = max(self.peak, rss_anon())
+
+    def __exit__(self, *error) -> None:
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, rss_anon())
 
 
 def _warm_up() -> None:
