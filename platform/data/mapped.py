@@ -90,9 +90,9 @@ def node_local_train(directory: str, meta: dict[str, Any], log=lambda message: N
                 size = sum(p.stat().st_size for p in target.iterdir())
                 log(f"train split copied for memory mapping to {target} in {time.perf_counter() - started:.1f} s "
                     f"({size / 1e6:.1f} MB)")
-    except OSError as error:  # not writable, disk full
-        raise UserError(f"{root}: cannot keep this node's copy of the train split ({error.strerror or error}); "
-                        f"set {CACHE_ENV} to a writable directory with room") from None
+    except OSError as error:  # not writable, disk full: the environment's error, naming the file
+        raise UserError(f"{error.filename or root}: cannot keep this node's copy of the train split "
+                        f"({error.strerror or error}); set {CACHE_ENV} to a writable directory with room") from None
     return MappedExamples(target, name=source.uri)
 
 
@@ -225,7 +225,8 @@ class _Arrays:
 
     def __init__(self, directory: Path, dtypes: dict[str, np.dtype]):
         self.dtypes = {**dtypes, **{f"{group}.offsets": np.dtype(np.int64) for group in GROUPS}}
-        self.handles = {name: open(directory / f"{name}.bin", "wb") for name in self.dtypes}
+        self.paths = {name: directory / f"{name}.bin" for name in self.dtypes}
+        self.handles = {name: open(path, "wb") for name, path in self.paths.items()}
         self.counts = dict.fromkeys(self.dtypes, 0)
         self.ends = {}
         for group in GROUPS:  # every offsets array starts at 0
@@ -247,14 +248,16 @@ class _Arrays:
         self._write(name, offsets)
 
     def _write(self, name: str, values: np.ndarray) -> None:
-        self.handles[name].write(np.ascontiguousarray(values).tobytes())
+        with atomic.naming(self.paths[name]):  # a full disk names the copy's file, not the split read
+            self.handles[name].write(np.ascontiguousarray(values).tobytes())
         self.counts[name] += len(values)
 
     def close(self) -> None:
-        for handle in self.handles.values():
-            handle.flush()
-            os.fsync(handle.fileno())
-            handle.close()
+        for name, handle in self.handles.items():
+            with atomic.naming(self.paths[name]):
+                handle.flush()
+                os.fsync(handle.fileno())
+                handle.close()
 
     def described(self) -> dict[str, list]:
         return {name: [self.dtypes[name].name, self.counts[name]] for name in self.dtypes}

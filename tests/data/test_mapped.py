@@ -4,6 +4,7 @@ memory, built once per node however many workers open it, compact, and refused w
 import json
 import multiprocessing
 import os
+import shlex
 import time
 from dataclasses import fields
 
@@ -199,3 +200,29 @@ def test_a_copy_is_named_by_the_train_splits_content_and_a_short_one_is_set_asid
     aside = list(cache.glob(f".{first.directory.name}.stale-*"))
     assert len(aside) == 1 and kept.read(1) is not None
     kept.close()
+
+
+def test_a_full_disk_is_the_environments_error_naming_the_copys_file_not_an_input_error(demo_dataset, tmp_path):
+    """The node's cache on a real full disk (a 64 KiB tmpfs in a mount namespace of the test's
+    own): one line naming the copy's file and the disk's error, not "cannot read" of the split."""
+    import shutil
+    import subprocess
+    import sys
+
+    from helpers import ROOT, fail_or_skip
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        fail_or_skip("needs root and unshare(1) for a tmpfs of its own")
+    cache = tmp_path / "full"
+    cache.mkdir()
+    code = ("import sys; from platform.errors import run_cli; from platform.data import dataset as ds, mapped; "
+            f"run_cli(lambda argv: mapped.node_local_train({str(demo_dataset)!r}, ds.read_meta({str(demo_dataset)!r}))"
+            " and 0, [])")
+    script = f"mount -t tmpfs -o size=64k tmpfs {cache} && exec {sys.executable} -c {shlex.quote(code)}"
+    result = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], cwd=ROOT,
+                            env={**os.environ, mapped.CACHE_ENV: str(cache)}, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: {cache}/.") and ".bin: cannot keep this node's copy" in line, line
+    assert "No space left on device" in line and "cannot read" not in line, line
