@@ -168,6 +168,7 @@ def test_a_sweep_submitted_as_a_ray_job_scales_gpu_workers_from_zero_resumes_aft
         engine.dispose()
         assert stored == len(runs) and parent.data.params["study_storage"].startswith("postgresql://nmt:***@")
         assert not [value for value in recorded if PLANTED in value] and PLANTED not in logs
+        assert PLANTED not in client.get_job_info(again).entrypoint  # what Ray keeps of the job (and logs)
         leaks = [path for path in tmp_path.rglob("*") if path.is_file() and PLANTED.encode() in path.read_bytes()]
         assert not leaks and PLANTED not in capsys.readouterr().out, leaks
         idle_s = IDLE_MINUTES * 60
