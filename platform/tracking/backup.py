@@ -43,7 +43,7 @@ def dump(database_url: str, pg_dump: str = "pg_dump", timeout: float = 3600.0) -
     shows to every user of the machine."""
     dbname, password = split_password(libpq_url(database_url))
     env = {**os.environ, **({"PGPASSWORD": password} if password else {})}
-    return _run([pg_dump, "--format=custom", "--no-owner", f"--dbname={dbname}"], env, timeout)
+    return _run([pg_dump, "--format=custom", "--no-owner", f"--dbname={dbname}"], env, timeout, made="dump")
 
 
 def prefix_of(database_url: str) -> str:
@@ -58,7 +58,7 @@ def content_digest(data: bytes, pg_restore: str = "pg_restore", timeout: float =
     comments and the random ``\\restrict`` key newer releases add, so two dumps of an unchanged
     database have the same digest although their bytes differ (a custom-format dump records
     when it was made)."""
-    sql = _run([pg_restore, "--file=-"], dict(os.environ), timeout, data)
+    sql = _run([pg_restore, "--file=-"], None, timeout, data)
     digest = hashlib.sha256()
     for line in sql.splitlines(keepends=True):
         if not line.startswith((b"--", b"\\restrict", b"\\unrestrict")):
@@ -163,7 +163,8 @@ def restore(source: str, database_url: str, pg_restore: str = "pg_restore", psql
          data)
 
 
-def _run(command: list[str], env: dict[str, str], timeout: float, data: bytes | None = None) -> bytes:
+def _run(command: list[str], env: dict[str, str] | None, timeout: float, data: bytes | None = None,
+         made: str = "result") -> bytes:
     """A PostgreSQL client program's output; its last line of error as a UserError (the backup
     loop says it and goes on)."""
     try:
@@ -171,7 +172,7 @@ def _run(command: list[str], env: dict[str, str], timeout: float, data: bytes | 
     except FileNotFoundError:
         raise UserError(f"{command[0]}: not found (PostgreSQL's client programs; Debian: postgresql-client)") from None
     except subprocess.TimeoutExpired:
-        raise UserError(f"{Path(command[0]).name}: no result after {timeout:g} s") from None
+        raise UserError(f"{Path(command[0]).name}: no {made} after {timeout:g} s") from None
     if result.returncode != 0:
         lines = result.stderr.decode(errors="replace").strip().splitlines()
         raise UserError(f"{Path(command[0]).name}: {lines[-1] if lines else 'failed'}")
