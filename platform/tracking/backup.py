@@ -41,8 +41,7 @@ def dump(database_url: str, pg_dump: str = "pg_dump", timeout: float = 3600.0) -
     """The whole database in ``pg_dump``'s custom format.  A password in the URL reaches
     ``pg_dump`` in its environment (``PGPASSWORD``), not on its command line, which ``ps``
     shows to every user of the machine."""
-    dbname, password = split_password(libpq_url(database_url))
-    env = {**os.environ, **({"PGPASSWORD": password} if password else {})}
+    dbname, env = _connection(database_url)
     return _run([pg_dump, "--format=custom", "--no-owner", f"--dbname={dbname}"], env, timeout, made="dump")
 
 
@@ -151,8 +150,7 @@ def restore(source: str, database_url: str, pg_restore: str = "pg_restore", psql
             timeout: float = 3600.0) -> None:
     """Restore the backup at ``source`` (a file or ``s3://`` object) into ``database_url``, which
     must be empty (no tables): all of it in one transaction, or nothing."""
-    dbname, password = split_password(libpq_url(database_url))
-    env = {**os.environ, **({"PGPASSWORD": password} if password else {})}
+    dbname, env = _connection(database_url)
     tables = _run([psql, "--no-psqlrc", "-tAc", "select count(*) from pg_tables where schemaname = 'public'",
                    f"--dbname={dbname}"], env, timeout)
     if tables.strip() != b"0":
@@ -161,6 +159,13 @@ def restore(source: str, database_url: str, pg_restore: str = "pg_restore", psql
     data = storage.locate(source).read_bytes()
     _run([pg_restore, "--no-owner", "--single-transaction", "--exit-on-error", f"--dbname={dbname}"], env, timeout,
          data)
+
+
+def _connection(database_url: str) -> tuple[str, dict[str, str]]:
+    """The URL a PostgreSQL client program takes, without its password, and the environment that
+    gives it the password (``PGPASSWORD``): off the command line, which ``ps`` shows."""
+    dbname, password = split_password(libpq_url(database_url))
+    return dbname, {**os.environ, **({"PGPASSWORD": password} if password else {})}
 
 
 def _run(command: list[str], env: dict[str, str] | None, timeout: float, data: bytes | None = None,
