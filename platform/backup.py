@@ -20,14 +20,15 @@ import sys
 import time
 from collections.abc import Sequence
 
+from platform import flags
 from platform.errors import UserError, run_cli
 from platform.redaction import redact
 from platform.tracking.backup import backup, backups, prefix_of, restore
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.backup", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="python -m platform.backup", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database", required=True, action="append",
                         help="a database to back up (postgresql://...; repeatable), or to restore into")
     parser.add_argument("--to", metavar="DIR|URI", help="where the backups go (a directory or s3://...)")

@@ -3,7 +3,8 @@
 Every component declares its config as ``@dataclass(frozen=True, kw_only=True)`` next to its
 code.  This module only knows how to build such a dataclass from plain data, strictly:
 
-* an unknown key is an error that lists the valid keys;
+* an unknown key is an error that names the closest valid keys (``difflib``), or lists them
+  all where none is close;
 * a value of the wrong type is an error naming the key, the expected type and the value
   (ints are accepted where a float is expected; nothing else is coerced);
 * nested dataclasses are nested mappings in YAML and dotted keys in ``--set`` (``model.d_model=512``);
@@ -64,10 +65,7 @@ def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(
-            f"unknown config key{'s' if len(unknown) > 1 else ''} "
-            f"{', '.join(repr(_join(where, k)) for k in unknown)}; valid keys: {', '.join(sorted(fields))}"
-        )
+        raise ConfigError(unknown_keys_message(unknown, sorted(fields), where))
     hints = get_type_hints(cls)
     values = {name: _convert(hints[name], value, _join(where, name)) for name, value in data.items()}
     missing = [n for n, f in fields.items() if n not in values and _is_required(f)]
@@ -77,6 +75,20 @@ def from_dict(cls: type[C], data: Mapping[str, Any], *, where: str = "") -> C:
         return cls(**values)
     except (TypeError, ValueError) as error:  # __post_init__ validation
         raise ConfigError(f"{where or cls.__name__}: {error}") from None
+
+
+def unknown_keys_message(unknown: list[str], valid: list[str], where: str = "") -> str:
+    """One line for keys that are not ``valid``: the closest valid key of each (``difflib``),
+    else every valid key."""
+    import difflib
+
+    close = {key: difflib.get_close_matches(key, valid, n=1, cutoff=0.6) for key in unknown}
+    named = ", ".join(repr(_join(where, key)) for key in unknown)
+    message = f"unknown config key{'s' if len(unknown) > 1 else ''} {named}"
+    if all(close.values()):
+        guesses = [repr(_join(where, guess)) for key in unknown for guess in close[key]]
+        return f"{message}; did you mean {' or '.join(dict.fromkeys(guesses))}?"
+    return f"{message}; valid keys: {', '.join(valid)}"
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -32,14 +32,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from platform import atomic, scoring
+from platform import atomic, flags, scoring
 from platform.errors import UserError, run_cli
 from platform.flags import add_model_arguments
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.evaluate", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="python -m platform.evaluate", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser, required=False)
     parser.add_argument("--test", metavar="PREFIX", help="PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
     parser.add_argument("--src", help="source language suffix")

@@ -12,6 +12,27 @@ DATA_HELP = ("'demo' (the built-in synthetic corpus), 'demo-large' (its harder v
              "directory")
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, whose error for a flag it does not know names the closest flag it does
+    (``--max-epohcs``: did you mean --max-epochs?)."""
+
+    def error(self, message: str):
+        if message.startswith("unrecognized arguments: "):
+            message += closest_flags(message.removeprefix("unrecognized arguments: ").split(),
+                                     [flag for flag in self._option_string_actions if flag.startswith("--")])
+        super().error(message)
+
+
+def closest_flags(given: list[str], known: list[str]) -> str:
+    """``; did you mean --x?`` for the unknown flags in ``given`` that are close to one of
+    ``known`` (``--flag=value`` compared by its flag), else the empty string."""
+    import difflib
+
+    guesses = [close[0] for arg in given if arg.startswith("--")
+               for close in [difflib.get_close_matches(arg.split("=", 1)[0], known, n=1, cutoff=0.6)] if close]
+    return f"; did you mean {' or '.join(dict.fromkeys(guesses))}?" if guesses else ""
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """The flags of every command that uses a trained model (``platform.evaluate``,
     ``platform.translate``): which model (``required``: one of ``--run``, ``--checkpoint``), how

@@ -36,13 +36,14 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+from platform import flags
 from platform.data.parsing import DEFAULT_MODELS
 from platform.errors import UserError, run_cli
 from platform.launch.parse_job import ParseConfig, parse_corpus
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.parse", description=__doc__.split("\n\n")[0])
+    parser = flags.ArgumentParser(prog="python -m platform.parse", description=__doc__.split("\n\n")[0])
     parser.add_argument("--lang", required=True, help="language code; ja uses ja_ginza by default")
     parser.add_argument("--in", dest="source", required=True, metavar="FILE",
                         help="one sentence per line (UTF-8, .gz allowed)")

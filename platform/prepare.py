@@ -21,6 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from platform import config as config_io
+from platform import flags
 from platform.data import dataset as ds
 from platform.data import demo
 from platform.data.builtin import prepare_demo
@@ -31,8 +32,8 @@ from platform.errors import UserError, run_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.prepare", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="python -m platform.prepare", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_argument_group("input")
     source.add_argument("--data", choices=["demo"], help="generate and prepare the built-in synthetic demo corpus")
     source.add_argument("--train", metavar="PREFIX",

@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from platform import flags
 from platform.errors import run_cli
 from platform.flags import TRACKING_URI_HELP
 from platform.launch.spaces import knob_names
@@ -19,7 +20,7 @@ from platform.tracking.comparison import compare
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.report", description=__doc__.split("\n\n")[0])
+    parser = flags.ArgumentParser(prog="python -m platform.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--experiment", required=True, help="MLflow experiment name")
     parser.add_argument("--out", required=True, metavar="DIR", help="where to write report.md, report.csv and plots")
     parser.add_argument("--tracking-uri", help=TRACKING_URI_HELP)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import psutil
 
-from platform import atomic
+from platform import atomic, flags
 from platform.errors import UserError, run_cli
 
 
@@ -151,8 +151,8 @@ def status(service: Service) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.service", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="python -m platform.service", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("name", help="the service's name: its files are STATE/NAME.pid and STATE/NAME.log")
     parser.add_argument("--state", required=True, type=Path, help="the directory of the pid and log files")

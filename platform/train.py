@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 
 from models import MODELS
+from platform import flags
 from platform.errors import run_cli
 from platform.flags import DATA_HELP, TRACKING_URI_HELP, no_password
 from platform.launch.cluster import default_storage_path
@@ -27,10 +28,10 @@ from platform.training import recipes
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.train", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="recipes (each paper's table rows, platform/training/recipes.py):\n"
-                                            + recipes.describe())
+    parser = flags.ArgumentParser(prog="python -m platform.train", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog="recipes (each paper's table rows, platform/training/recipes.py):\n"
+                                         + recipes.describe())
     parser.add_argument("--model", choices=list(MODELS), help="the architecture to train (or give --recipe)")
     parser.add_argument("--recipe", choices=list(recipes.RECIPES), metavar="RECIPE",
                         help="a paper's configuration of a table row (sets the model; default: the model's own "

@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from platform import flags
 from platform.data.conllu import read_conllu
 from platform.data.parsing import PRE_SEGMENTED
 from platform.errors import InputError, UserError, run_cli
@@ -44,8 +45,8 @@ from platform.training.metrics import UNSPACED, detokenizer
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.translate", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="python -m platform.translate", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser)
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--conllu", action="store_true",

@@ -28,6 +28,7 @@ import argparse
 import time
 from collections.abc import Sequence
 
+from platform import flags
 from platform.errors import run_cli
 from platform.flags import DATA_HELP, TRACKING_URI_HELP, no_password
 from platform.launch.cluster import default_storage_path
@@ -38,8 +39,8 @@ from platform.launch.tuning import SweepRequest, tune
 def build_parser() -> argparse.ArgumentParser:
     from search_spaces import SPACES
 
-    parser = argparse.ArgumentParser(prog="python -m platform.tune", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="python -m platform.tune", description=__doc__.split("\n\n")[0],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--space", required=True, help=f"search space: {', '.join(SPACES)}, or a space .yaml file")
     parser.add_argument("--data", default="demo", help=DATA_HELP)
     parser.add_argument("--num-trials", "--num-samples", dest="num_trials", type=int,

@@ -26,16 +26,19 @@ class Outer:
     tied: bool = True
 
 
-def test_unknown_key_is_an_error_listing_the_valid_keys():
+def test_unknown_key_with_no_close_one_is_an_error_listing_the_valid_keys():
     with pytest.raises(ConfigError) as error:
-        cfg.from_dict(Outer, {"name": "x", "nmae": "y"})
-    assert "'nmae'" in str(error.value)
-    assert "valid keys: gate, model, name, p_enc, tied" in str(error.value)
+        cfg.from_dict(Outer, {"name": "x", "colour": "y"})
+    assert str(error.value) == "unknown config key 'colour'; valid keys: gate, model, name, p_enc, tied"
 
 
-def test_unknown_nested_key_names_its_path():
-    with pytest.raises(ConfigError, match=r"'model.d_modle'.*valid keys: d_model, dropout, heads"):
+def test_unknown_nested_key_names_its_path_and_the_closest_valid_key():
+    with pytest.raises(ConfigError) as error:
         cfg.from_dict(Outer, {"name": "x", "model": {"d_modle": 3}})
+    assert str(error.value) == "unknown config key 'model.d_modle'; did you mean 'model.d_model'?"
+    with pytest.raises(ConfigError) as error:
+        cfg.from_dict(Outer, {"name": "x", "p_encc": 3})
+    assert str(error.value) == "unknown config key 'p_encc'; did you mean 'p_enc'?"
 
 
 @pytest.mark.parametrize(
@@ -169,3 +172,19 @@ def test_max_updates_alone_is_the_only_limit_and_intervals_are_checked():
         resolve_config("dbsa", "cpu", overrides=["validate_every=0"])
     with pytest.raises(ConfigError, match="best_metric"):
         resolve_config("dbsa", "cpu", overrides=["best_metric=dev_ter"])
+
+
+@pytest.mark.parametrize("command, typo, meant", [("train", "--max-epohcs=3", "--max-epochs"),
+                                                  ("tune --space dbsa", "--num-trails", "--num-trials"),
+                                                  ("evaluate", "--lenpn", "--lenpen"),
+                                                  ("prepare --out x", "--vocab-szie", "--vocab-size"),
+                                                  ("backup --database d --to s3://b", "--kep", "--keep")])
+def test_a_mistyped_flag_names_the_closest_flag_in_one_line(command, typo, meant, capsys):
+    import importlib
+
+    command, *given = command.split()
+    parser = importlib.import_module(f"platform.{command}").build_parser()
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args([*given, typo, "1"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and error.endswith(f"unrecognized arguments: {typo} 1; did you mean {meant}?"), error

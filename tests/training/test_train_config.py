@@ -11,6 +11,8 @@ def test_resolved_train_config_is_strict(tmp_path):
     assert config.model.p_enc == 1 and config.optim.lr == 5e-4 and config.model.d_model == 128
     with pytest.raises(ConfigError, match=r"unknown config key 'optim.learning_rate'; valid keys: .*lr"):
         resolve_config("dbsa", "cpu", overrides=["optim.learning_rate=1"])
+    with pytest.raises(ConfigError, match=r"^unknown config key 'model.p_encc'; did you mean 'model.p_enc'\?$"):
+        resolve_config("dbsa", "cpu", overrides=["model.p_encc=3"])
     with pytest.raises(ConfigError, match="p_enc=9 is outside layers 1..2"):
         resolve_config("dbsa", "cpu", overrides=["model.p_enc=9"])
     with pytest.raises(ConfigError, match="model.gate: expected one of"):
