@@ -212,22 +212,46 @@ def _resources(resources: dict[str, float]) -> str:
 # ----------------------------------------------------------------------------- leftovers
 
 
-def orphaned_groups(groups: list[dict], ended_sweeps: set[str], in_use: set[str]) -> list[dict]:
+def orphaned_groups(groups: list[dict], ended_sweeps: set[str], in_use: set[str],
+                    this_sweep: tuple[str, set[str]] | None = None) -> list[dict]:
     """The placement groups an ended sweep left behind: not detached, made by a job in
     ``ended_sweeps`` (``platform.tune`` drivers that have ended), no live actor placed in them
     (``in_use``).  ``groups``: Ray's state-API records (``placement_group_id``, ``state``,
-    ``is_detached``, ``creator_job_id``).  Nothing of a running job, or of another program."""
+    ``is_detached``, ``creator_job_id``).  Nothing of a running job, or of another program,
+    except, with ``this_sweep`` (this driver's job id, the groups there were before its Tune
+    experiment began), the groups its ended experiment's trials left (``release_orphaned_groups``)."""
+    job, before = this_sweep if this_sweep is not None else (None, set())
     return [g for g in groups if g["state"] != "REMOVED" and not g["is_detached"]
-            and g["creator_job_id"] in ended_sweeps and g["placement_group_id"] not in in_use]
+            and g["placement_group_id"] not in in_use
+            and (g["creator_job_id"] in ended_sweeps
+                 or (g["creator_job_id"] == job and g["placement_group_id"] not in before))]
 
 
-def release_orphaned_groups(log=print) -> float:
+def placement_group_ids() -> set[str] | None:
+    """The placement groups not yet removed (what ``release_orphaned_groups(before=...)`` leaves
+    alone), or None without Ray's state API."""
+    try:
+        return {g["placement_group_id"] for g in cluster_records()[2]}
+    except Exception:  # noqa: BLE001 - no state API here: nothing can be released afterwards either
+        return None
+
+
+def release_orphaned_groups(log=print, before: set[str] | None = None) -> float:
     """Remove the placement groups ended sweeps left behind (``orphaned_groups``); returns their CPUs.
 
     Ray removes a non-detached group once its job and its creator have ended, but a Train
     worker group that a controller makes while a Ctrl-C'd sweep tears down can outlive both,
     holding its CPU until the cluster stops: every later sweep would be a trial slot short.
-    Needs Ray's state API (the dashboard); without it, nothing is done."""
+    The same race within a running sweep: a trial that Tune stops (its time budget, a
+    scheduler) while its controller starts the worker group leaves that group to Ray's
+    placement-group cleaner, which only learns of a group once the worker group has started
+    (ray-project/ray#58515), so the group is held for the rest of the driver's life and the next
+    experiment of the job waits for its CPU forever.  ``before``: the groups there were when
+    this driver's Tune experiment began; once the experiment has ended, the groups its job made
+    since, with no live actor in them, are released too.  Needs Ray's state API (the
+    dashboard); without it, nothing is done."""
+    import ray
+
     try:
         ended, in_use, groups = cluster_records()
     except Exception:  # noqa: BLE001 - no state API here: nothing to say about leftovers
@@ -235,12 +259,14 @@ def release_orphaned_groups(log=print) -> float:
     from ray import PlacementGroupID
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
+    this_sweep = (ray.get_runtime_context().get_job_id(), before) if before is not None else None
     cpus = 0.0
-    for group in orphaned_groups(groups, ended, in_use):
+    for group in orphaned_groups(groups, ended, in_use, this_sweep):
         remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group["placement_group_id"]))))
         cpus += sum(float(b.get("unit_resources", {}).get("CPU", 0)) for b in group["bundles"] or [])
     if cpus:
-        log(f"cluster: released {cpus:g} CPUs that ended sweeps' placement groups still held")
+        log(f"cluster: released {cpus:g} CPUs that ended {'trials' if before is not None else 'sweeps'}' "
+            "placement groups still held")
     return cpus
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platform.launch.cluster import DRIVER_CPU
+from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orphaned_groups
 from platform.launch.continuation import experiment_name, under
 from platform.launch.driver import run
 from platform.launch.spaces import RECIPE_KNOB
@@ -153,7 +153,9 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
                                           storage_path=str(sweep.job.storage_path),
                                           verbose=None if verbose else 0,
                                           callbacks=[_progress_callback(chosen, entries)]))
+    before = placement_group_ids()
     results = tuner.fit()
+    release_orphaned_groups(before=before)  # what runs stopped mid-start left reserved
     failed = [r for r in results if r.error is not None or not r.metrics or "run_id" not in r.metrics]
     if failed:
         raise RuntimeError(f"{len(failed)} confirmation run(s) failed; the first: {failed[0].error}")

@@ -19,7 +19,7 @@ from typing import Any
 from platform import compat
 from platform.data.dataset import read_meta
 from platform.errors import UserError
-from platform.launch.cluster import DRIVER_CPU, release_orphaned_groups
+from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orphaned_groups
 from platform.launch.continuation import experiment_name, restore_searcher, under
 from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
@@ -284,11 +284,13 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
         tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
     else:
         tuner = _new_tuner(sweep, trainable, callbacks, verbose)
+    before = placement_group_ids()
     try:
         results = tuner.fit()
     except BaseException:
         RunCloser.drain(sweep.parent_run_id, timeout=60)  # what was queued, if the store answers soon
         raise
+    release_orphaned_groups(before=before)  # what trials stopped mid-start left reserved
     RunCloser.drain(sweep.parent_run_id)  # the trials' runs closed (after an outage: once the server is back)
     store.when_up(sweep.tracking_uri, lambda: end_stopped_trials(sweep, results), "the sweep's stopped trials")
     store.when_up(sweep.tracking_uri, lambda: end_lost_trials(sweep.tracking_uri, sweep.experiment,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from helpers import wait_for
 
-from platform.launch.cluster import cluster_records, orphaned_groups, release_orphaned_groups
+from platform.launch.cluster import cluster_records, orphaned_groups, placement_group_ids, release_orphaned_groups
 
 
 def group(group_id: str, job: str, state: str = "CREATED", detached: bool = False) -> dict:
@@ -18,6 +18,11 @@ def test_only_an_ended_sweeps_unused_non_detached_groups_are_left_behind():
               group("in-use", "03"), group("running-job", "01"), group("other-program", "05")]
     ended_sweeps = {"03"}  # job 05 ended too, but it was not a platform.tune driver
     assert [g["placement_group_id"] for g in orphaned_groups(groups, ended_sweeps, in_use={"in-use"})] == ["left"]
+    # the running sweep (job 01) after its experiment: the groups it made since it began, unused
+    groups += [group("stopped-mid-start", "01"), group("still-placed", "01")]
+    this_sweep = ("01", {"running-job"})  # running-job's group was there before the experiment
+    assert [g["placement_group_id"] for g in orphaned_groups(groups, ended_sweeps, {"in-use", "still-placed"},
+                                                             this_sweep)] == ["left", "stopped-mid-start"]
 
 
 def test_the_records_come_from_the_real_state_api_and_a_running_jobs_group_is_kept(ray_cluster):
@@ -36,3 +41,25 @@ def test_the_records_come_from_the_real_state_api_and_a_running_jobs_group_is_ke
     finally:
         remove_placement_group(mine)
     wait_for(lambda: mine.id.hex() not in {g["placement_group_id"] for g in cluster_records()[2]}, 30, "its removal")
+
+
+def test_a_group_the_running_sweep_made_during_its_experiment_is_released_when_the_experiment_ends(ray_cluster):
+    """What a Train controller stopped while starting its worker group leaves (Ray's cleaner
+    never learnt of the group): made by this job during the experiment, no actor in it."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    ray = ray_cluster
+    earlier = placement_group([{"CPU": 0.5}])  # there before the experiment: not the experiment's
+    ray.get(earlier.ready(), timeout=30)
+    try:
+        before = placement_group_ids()
+        assert before is not None and earlier.id.hex() in before
+        left = placement_group([{"CPU": 0.5}])
+        ray.get(left.ready(), timeout=30)
+        said = []
+        assert release_orphaned_groups(log=said.append, before=before) == 0.5
+        assert said == ["cluster: released 0.5 CPUs that ended trials' placement groups still held"]
+        wait_for(lambda: left.id.hex() not in placement_group_ids(), 30, "its removal")
+        assert earlier.id.hex() in placement_group_ids()
+    finally:
+        remove_placement_group(earlier)
