@@ -38,6 +38,10 @@ class TransformerConfig:
     attention_dropout: float = 0.0
     pre_norm: bool = False  # the paper is post-LN
     tie_target_embeddings: bool = True  # decoder input embedding = output projection
+    # Vaswani et al. 2017, §3.4: "we share the same weight matrix between the two embedding layers
+    # and the pre-softmax linear transformation" (fairseq's --share-all-embeddings): the source
+    # embedding too, which needs one vocabulary for both languages (prepare --joint-vocab)
+    share_all_embeddings: bool = False
     # token embeddings (the tied output layer too): "normal" N(0, D^-1/2) as fairseq (the DBSA
     # authors' code), "xavier" uniform as JoeyNMT; Vaswani et al. state none (docs/performance.md)
     embed_init: Literal["normal", "xavier"] = "normal"
@@ -78,6 +82,9 @@ class TransformerConfig:
                 raise ValueError(f"{key} must be positive, got {value}")
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model {self.d_model} is not divisible by num_heads {self.num_heads}")
+        if self.share_all_embeddings and not self.tie_target_embeddings:
+            raise ValueError("share_all_embeddings ties the target embeddings too: "
+                             "leave tie_target_embeddings true")
         if self.d_model % 2:
             raise ValueError(f"d_model must be even for sinusoidal positions, got {self.d_model}")
         for key, value in {"dropout": self.dropout, "attention_dropout": self.attention_dropout}.items():
@@ -187,7 +194,12 @@ class Transformer(nn.Module):
         self.generator = nn.Linear(config.d_model, tgt_vocab, bias=False)
         _init_weights(self, config.d_model, config.embed_init)
         if config.tie_target_embeddings:
-            self.generator.weight = self.tgt_embed.tokens.weight
+            self.generator.weight = self.tgt_embed.tokens.weight  # [V, D]
+        if config.share_all_embeddings:  # §3.4: one [V, D] matrix for source, target and softmax
+            if src_vocab != tgt_vocab:
+                raise ValueError(f"share_all_embeddings needs one vocabulary: the source has {src_vocab} "
+                                 f"subwords, the target {tgt_vocab}")
+            self.src_embed.tokens.weight = self.tgt_embed.tokens.weight
         for module in self.modules():
             if isinstance(module, BiaffineParseHead):
                 module.reset_biaffine()  # its own initialisation (models/dbsa.py), not the generic one

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--keep-best", type=int, metavar="N",
                         help="also keep the weights of the N best validations (default 0: the best checkpoint only)")
     parser.add_argument("--smoke", action="store_true", help="a tiny model and a few steps, for a quick check")
+    parser.add_argument("--share-all-embeddings", action="store_true",
+                        help="one embedding matrix for the source, the target and the output layer (Vaswani et al. "
+                             "2017, §3.4; the Transformer family); the dataset needs prepare --joint-vocab")
     parser.add_argument("--experiment", default="syntax-nmt", help="MLflow experiment name (default syntax-nmt)")
     parser.add_argument("--tracking-uri", help=TRACKING_URI_HELP)
     parser.add_argument("--name", help="run name; rerunning with the same name resumes its Ray checkpoints")

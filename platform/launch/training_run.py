@@ -6,12 +6,15 @@ start (``--init-from``), then ``driver.run``."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
 
+from models import MODELS
 from platform import config as config_io
 from platform.data.builtin import resolve_dataset
+from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch import reach
 from platform.launch.cluster import check_worker_group, default_cpus_per_worker, start_ray, storage_uri
@@ -21,7 +24,7 @@ from platform.tracking import runs
 from platform.tracking.registry import check_model_name, register
 from platform.tracking.store import resolve_tracking_uri
 from platform.training import recipes
-from platform.training.config import TrainConfig, resolve_config
+from platform.training.config import TrainConfig, check_dataset, resolve_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +48,7 @@ class TrainRequest:
     average_last: int | None = None
     keep_best: int | None = None
     smoke: bool = False
+    share_all_embeddings: bool = False
     experiment: str = "syntax-nmt"
     tracking_uri: str | None = None
     name: str | None = None
@@ -78,6 +82,7 @@ def train(request: TrainRequest) -> int:
     storage = storage_uri(request.storage_path)
     shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
     dataset = resolve_dataset(request.data)
+    check_dataset(config, read_meta(dataset), dataset)  # before any training
     init = (load_warm_start(request.init_from, tracking_uri, str(dataset), config, request.init_optimizer)
             if request.init_from else None)
     job = Job(dataset=reach.dataset_for_every_node(dataset, storage, shared), workers=request.workers, init=init,
@@ -106,15 +111,25 @@ def resolved(request: TrainRequest) -> tuple[str, str, TrainConfig]:
         raise UserError("--init-optimizer goes with --init-from")
     model = request.model or recipes.get_recipe(request.recipe).model
     recipe, _ = recipes.recipe_for(model, request.recipe)
+    if request.share_all_embeddings and model not in sharing_models():
+        raise UserError(f"--share-all-embeddings: model {model} embeds each language on its own; "
+                        f"the models that can share: {', '.join(sharing_models())}")
+    shared = ["model.share_all_embeddings=true"] if request.share_all_embeddings else []
     intervals = [f"{key}={value}" for key, value in (("log_every", request.log_every),
                                                       ("validate_every", request.validate_every),
                                                       ("save_every", request.save_every),
                                                       ("average_last", request.average_last),
                                                       ("keep_best", request.keep_best)) if value is not None]
     config = resolve_config(model, "smoke" if request.smoke else request.size, recipe=recipe,
-                            config_file=request.config, overrides=[*request.overrides, *intervals],
+                            config_file=request.config, overrides=[*request.overrides, *shared, *intervals],
                             max_epochs=request.max_epochs, max_updates=request.max_updates)
     return model, recipe, config
+
+
+def sharing_models() -> list[str]:
+    """The models with ``share_all_embeddings`` (the Transformer family)."""
+    return [name for name, spec in MODELS.items()
+            if "share_all_embeddings" in {f.name for f in dataclasses.fields(spec.config_class)}]
 
 
 def finished_already(request: TrainRequest, tracking_uri: str, config: TrainConfig) -> bool:

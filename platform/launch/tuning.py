@@ -22,6 +22,7 @@ from typing import Any
 
 from platform import config as config_io
 from platform.data.builtin import resolve_dataset
+from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch import reach
 from platform.launch.cluster import (
@@ -54,7 +55,7 @@ from platform.tracking.registry import Registered, check_model_name, register
 from platform.tracking.relay import start_relay
 from platform.tracking.store import resolve_tracking_uri
 from platform.tracking.tables import format_table
-from platform.training.config import load_train_config
+from platform.training.config import check_dataset, load_train_config
 
 SMOKE_TRIALS, DEFAULT_TRIALS = 3, 6  # configs sampled without --num-trials
 SMOKE_EPOCHS = 2
@@ -201,7 +202,9 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
     start_ray(request.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves a CPU for trial drivers
               log_to_driver=request.verbose)
     shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
-    job = trial_job(request, resolve_dataset(request.data), storage, tracking_uri, shared)
+    dataset = resolve_dataset(request.data)
+    check_dataset(space.base_config, read_meta(dataset), dataset)  # before any trial
+    job = trial_job(request, dataset, storage, tracking_uri, shared)
     configs = request.num_trials or (grid_size(space) if settings.searcher == "grid"
                                      else SMOKE_TRIALS if request.smoke else DEFAULT_TRIALS)
     sweep = Sweep(name=name, space=space, num_samples=configs * request.seeds_per_config,

@@ -215,6 +215,14 @@ def load_train_config(data: dict[str, Any]) -> TrainConfig:
     return dataclasses.replace(config, batching=resolve_packing(config.batching, model_config))
 
 
+def check_dataset(config: TrainConfig, meta: dict[str, Any], where: str) -> None:
+    """Refuse in one line a config that the prepared dataset at ``where`` (its ``meta.json``)
+    cannot train: ``model.share_all_embeddings`` needs one subword model for both languages."""
+    if getattr(config.model, "share_all_embeddings", False) and not meta.get("config", {}).get("joint_vocab"):
+        raise ConfigError(f"model.share_all_embeddings: {where} has a subword model per language; "
+                          "prepare it with --joint-vocab to share the embeddings")
+
+
 def resolve_packing(batching: BatchingConfig, model_config) -> BatchingConfig:
     """``batching.pack`` decided: unset, it packs wherever the model can (``packable``: the
     Transformer family); set to true for a model that cannot (the recurrent and tree encoders),

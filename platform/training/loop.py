@@ -31,7 +31,7 @@ from platform.training.checkpoint import (
     restore,
     save_checkpoint,
 )
-from platform.training.config import TrainConfig
+from platform.training.config import TrainConfig, check_dataset
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
 from platform.training.metrics import SHOWN, shown
@@ -114,6 +114,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     and their ``source``) starts a new run from other weights; it is validated before the first
     update (dev metrics at update 0).  A run that resumes from its own checkpoint ignores it."""
     ctx = ctx.with_precision(config.precision)
+    check_dataset(config, dataset.meta, "the dataset")
     sampler = ShardedBatches(dataset.train, config.batching, rank=ctx.rank, world_size=ctx.world_size)
     vocab = dataset.meta["vocab_size"]
     model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], ctx)

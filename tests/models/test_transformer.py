@@ -198,3 +198,23 @@ def test_token_embeddings_start_as_configured_with_a_zero_padding_row(embed_init
         if embed_init == "xavier":
             assert float(rows.abs().max()) <= math.sqrt(6 / (vocab + 128))
     assert model.generator.weight is model.tgt_embed.tokens.weight
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_share_all_embeddings_is_one_matrix_for_source_target_and_output(variant):
+    """Vaswani et al. §3.4: one V×D matrix fewer than tying the target side only; a gradient
+    from the source side and one from the output layer land in the same tensor."""
+    from model_helpers import TINY
+
+    name = "deprel" if variant.startswith("deprel") else variant
+    settings = {**TINY, **TRANSFORMERS[variant]}
+    tied = build_model(default_config(name, **settings), TGT_VOCAB, TGT_VOCAB)
+    shared = build_model(default_config(name, **settings, share_all_embeddings=True), TGT_VOCAB, TGT_VOCAB)
+    count = lambda model: sum(p.numel() for p in model.parameters())  # noqa: E731 - shared tensors once
+    assert count(tied) - count(shared) == TGT_VOCAB * settings["d_model"]
+    assert shared.src_embed.tokens.weight is shared.tgt_embed.tokens.weight is shared.generator.weight
+    with pytest.raises(ValueError, match="share_all_embeddings needs one vocabulary: the source has 40 subwords"):
+        build_model(default_config(name, **settings, share_all_embeddings=True), 40, TGT_VOCAB)
+    with pytest.raises(ValueError, match="share_all_embeddings ties the target embeddings too"):
+        build_model(default_config(name, **settings, share_all_embeddings=True, tie_target_embeddings=False),
+                    TGT_VOCAB, TGT_VOCAB)

@@ -154,3 +154,30 @@ def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_of_the_same_order(demo
         assert all(torch.equal(kept[0][name], kept[1][name]) for name in kept[0])
     final = kept_weights(last[0][-1])
     assert all(torch.equal(final[name], weights[0][name]) for name in final)  # update 10's are the last.pt's
+
+
+def test_shared_embeddings_train_one_matrix_on_a_joint_vocabulary_and_are_refused_on_two(demo_dataset, tmp_path):
+    """``model.share_all_embeddings`` (Vaswani et al. §3.4): on a dataset prepared with
+    ``--joint-vocab`` the source embedding, the target embedding and the output layer stay one
+    matrix through training, and the model has a V×D matrix fewer; on a dataset with a subword
+    model per language it is refused in one line before any update."""
+    from platform import prepare
+    from platform.errors import ConfigError
+
+    joint = tmp_path / "joint"
+    assert prepare.main(["--data", "demo", "--demo-sizes", "300,20,20", "--vocab-size", "300", "--joint-vocab",
+                         "--out", str(joint), "--quiet"]) == 0
+    dataset = Dataset.open(joint)
+    assert dataset.meta["vocab_size"]["src"] == dataset.meta["vocab_size"]["tgt"]
+    config = tiny_config("transformer", max_epochs=1, max_steps_per_epoch=3, eval={"max_sentences": 5},
+                         model={"share_all_embeddings": True})
+    hooks = LocalHooks(tmp_path / "run")
+    fit(config, dataset, Context(), hooks, log=lambda line: None)
+    weights = torch.load(tmp_path / "run" / "last.pt", weights_only=True)["model"]
+    assert torch.equal(weights["src_embed.tokens.weight"], weights["tgt_embed.tokens.weight"])
+    assert torch.equal(weights["generator.weight"], weights["tgt_embed.tokens.weight"])
+    with pytest.raises(ConfigError) as refused:
+        fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path / "two"), log=lambda line: None)
+    assert str(refused.value) == ("model.share_all_embeddings: the dataset has a subword model per language; "
+                                  "prepare it with --joint-vocab to share the embeddings")
+    assert not (tmp_path / "two" / "last.pt").exists()

@@ -30,3 +30,16 @@ def test_a_config_written_before_a_key_was_renamed_still_loads(tmp_path):
     old.write_text("keep_last_epochs: 3\n")
     assert resolve_config("dbsa", "cpu", config_file=str(old)).average_last == 3
     assert resolve_config("dbsa", "cpu", overrides=["keep_last_epochs=2"]).average_last == 2
+
+
+def test_share_all_embeddings_is_a_flag_of_the_transformer_family_and_lands_in_the_config():
+    from platform.errors import UserError
+    from platform.launch.training_run import TrainRequest, resolved
+
+    _, _, config = resolved(TrainRequest(model="dbsa", share_all_embeddings=True, smoke=True))
+    assert config.model.share_all_embeddings and config.model.tie_target_embeddings  # saved with the run's config
+    assert not resolved(TrainRequest(model="dbsa", smoke=True))[2].model.share_all_embeddings
+    with pytest.raises(UserError) as refused:
+        resolved(TrainRequest(model="seq2seq", share_all_embeddings=True))
+    assert str(refused.value) == ("--share-all-embeddings: model seq2seq embeds each language on its own; "
+                                  "the models that can share: transformer, transformer_rel, dbsa, deprel")
