@@ -17,11 +17,13 @@ tagged with these scores).  ``--average-last N`` evaluates the average of the la
 the best checkpoint (Vaswani et al. average the last 5), as ``test_avgN_bleu``, ... (files under
 ``test_avgN/``).
 
-With ``--hyp FILE --ref FILE`` (one detokenized sentence per line) no model is involved: BLEU
-(``--tokenize``, by default the ``--tgt`` language's: ``char`` for Japanese, as runs are scored,
-``ja-mecab`` with the ``ja`` extra, ``13a`` otherwise) and chrF, their signatures and
-``OUT.sacrebleu.sh`` (``platform.scoring``); ``--compare BASELINE`` adds the paired bootstrap and
-approximate randomisation tests of ``--hyp`` against that other system's output.
+With ``--hyp FILE --ref FILE`` (one detokenized sentence per line) no model is involved: the
+``--metrics`` (sacreBLEU's BLEU with ``--tokenize``, by default the ``--tgt`` language's: ``char``
+for Japanese, as runs are scored, ``ja-mecab`` with the ``ja`` extra, ``13a`` otherwise; chrF,
+chrF++, TER; default BLEU and chrF) against one or several references (``--ref`` repeated),
+their signatures and ``OUT.sacrebleu.sh`` (``platform.scoring``); ``--compare BASELINE`` adds the
+paired bootstrap and approximate randomisation tests of ``--hyp`` against that other system's
+output (one reference).
 """
 
 from __future__ import annotations
@@ -52,7 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "registry, tagged with these test scores, with the alias 'champion'")
     plain = parser.add_argument_group("plain text (no model)")
     plain.add_argument("--hyp", metavar="FILE", help="a system's translations, one detokenized sentence per line")
-    plain.add_argument("--ref", metavar="FILE", help="the references, line by line")
+    plain.add_argument("--ref", metavar="FILE", action="append",
+                       help="the references, line by line; repeat it for several references of each line")
+    plain.add_argument("--metrics", default=",".join(scoring.DEFAULT_METRICS), type=scoring.parse_metrics,
+                       metavar="LIST", help="which of bleu, chrf, chrf++, ter (sacreBLEU's), comma-separated "
+                                            "(default: bleu,chrf)")
     plain.add_argument("--compare", metavar="BASELINE",
                        help="another system's translations: paired tests of --hyp against it")
     plain.add_argument("--tokenize", choices=scoring.TOKENIZERS,
@@ -111,15 +117,19 @@ def score_files(args) -> int:
              if value]
     if given:
         raise UserError(f"{', '.join(given)} scores a model; --hyp/--ref score plain text: give one or the other")
+    if args.compare and len(args.ref) > 1:
+        raise UserError("--compare tests two systems against one --ref; give one reference")
     tokenize = args.tokenize or scoring.default_tokenizer(args.tgt)
-    hyp, ref = scoring.read_pair(args.hyp, args.ref)
-    baseline = scoring.read_pair(args.compare, args.ref)[0] if args.compare else None
-    scores = scoring.score(hyp, ref, tokenize)
-    result: dict = scores.as_dict()
+    hyp, refs = scoring.read_references(args.hyp, args.ref)
+    baseline = scoring.read_pair(args.compare, args.ref[0])[0] if args.compare else None
+    scores = scoring.score_metrics(hyp, refs, tokenize, args.metrics)
+    result: dict = {name: round(value, 4) for name, (value, _) in scores.items()}
+    result.update(sentences=len(hyp), references=len(refs))
     if baseline is not None:
         from platform.tracking.significance import methods
         from platform.tracking.tables import format_table
 
+        ref = refs[0]
         table = scoring.compare(hyp, baseline, ref, tokenize)
         base = scoring.score(baseline, ref, tokenize)
         result["compare"] = {"baseline_bleu": round(base.bleu, 4), "baseline_chrf": round(base.chrf, 4),
@@ -127,12 +137,12 @@ def score_files(args) -> int:
                                 for metric in ("BLEU", "chrF2") for test in ("bs", "ar")}}
         print(f"{format_table(table)}\n\n({methods(tokenize)})", file=sys.stderr)
     script = Path(f"{args.out or Path(args.hyp).name}.sacrebleu.sh")
-    commands = scoring.sacrebleu_commands(args.hyp, args.ref, tokenize, args.compare)
+    commands = scoring.sacrebleu_commands(args.hyp, args.ref, tokenize, args.compare, args.metrics)
     atomic.write_texts({script: "".join(line + "\n" for line in
                                         ["# the scores of platform.evaluate --hyp, recomputed", *commands])})
     print(json.dumps(result, indent=1))
-    print(f"signature: {scores.signature}", file=sys.stderr)
-    print(f"chrF signature: {scores.chrf_signature}", file=sys.stderr)
+    for name, (_, signature) in scores.items():
+        print(f"{name} signature: {signature}", file=sys.stderr)
     print(f"to recompute the scores: sh {script}", file=sys.stderr)
     return 0
 

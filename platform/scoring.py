@@ -51,13 +51,47 @@ def read_lines(path: str | Path, role: str) -> list[str]:
 
 def read_pair(hypothesis: str | Path, reference: str | Path) -> tuple[list[str], list[str]]:
     """Hypothesis and reference lines, the same number of each."""
-    hyp, ref = read_lines(hypothesis, "hypothesis"), read_lines(reference, "reference")
-    if len(hyp) != len(ref):
-        raise UserError(f"{hypothesis} has {len(hyp)} lines but {reference} has {len(ref)}: one translation per "
-                        "reference line")
-    if not ref:
-        raise InputError(str(reference), None, "no lines to score")
+    hyp, (ref,) = read_references(hypothesis, [reference])
     return hyp, ref
+
+
+def read_references(hypothesis: str | Path, references: list[str | Path]) -> tuple[list[str], list[list[str]]]:
+    """Hypothesis lines and the lines of each reference (several references: sacreBLEU's
+    multi-reference scores), the same number in every file."""
+    hyp = read_lines(hypothesis, "hypothesis")
+    refs = [read_lines(reference, "reference") for reference in references]
+    for reference, ref in zip(references, refs):
+        if len(hyp) != len(ref):
+            raise UserError(f"{hypothesis} has {len(hyp)} lines but {reference} has {len(ref)}: one translation per "
+                            "reference line")
+        if not ref:
+            raise InputError(str(reference), None, "no lines to score")
+    return hyp, refs
+
+
+# what --metrics may name: sacreBLEU's metric, its options, its name on sacrebleu's command line
+METRICS = {"bleu": ("BLEU", {}, "bleu"), "chrf": ("CHRF", {}, "chrf"),
+           "chrf++": ("CHRF", {"word_order": 2}, "chrf --chrf-word-order 2"), "ter": ("TER", {}, "ter")}
+DEFAULT_METRICS = ("bleu", "chrf")
+
+
+def parse_metrics(text: str) -> tuple[str, ...]:
+    """``--metrics bleu,chrf,chrf++,ter``: the names, each known, none twice."""
+    names = tuple(name.strip().lower() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in METRICS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise UserError(f"--metrics {text}: a comma-separated list of {', '.join(METRICS)}, each once")
+    return names
+
+
+def metric_scorer(name: str, tokenize: str):
+    """sacreBLEU's scorer for metric ``name`` (BLEU with ``tokenize``)."""
+    import sacrebleu.metrics
+
+    if name == "bleu":
+        return bleu(tokenize)
+    kind, options, _ = METRICS[name]
+    return getattr(sacrebleu.metrics, kind)(**options)
 
 
 def bleu(tokenize: str):
@@ -85,21 +119,35 @@ class FileScores:
 
 
 def score(hyp: list[str], ref: list[str], tokenize: str) -> FileScores:
-    from sacrebleu.metrics import CHRF
-
-    metric, chrf = bleu(tokenize), CHRF()
-    return FileScores(metric.corpus_score(hyp, [ref]).score, chrf.corpus_score(hyp, [ref]).score,
-                      str(metric.get_signature()), str(chrf.get_signature()), len(ref))
+    scores = score_metrics(hyp, [ref], tokenize, DEFAULT_METRICS)
+    return FileScores(scores["bleu"][0], scores["chrf"][0], scores["bleu"][1], scores["chrf"][1], len(ref))
 
 
-def sacrebleu_commands(hypothesis: str | Path, reference: str | Path, tokenize: str,
-                       baseline: str | Path | None = None) -> list[str]:
-    """The ``sacrebleu`` command lines that recompute the scores (and the paired tests, with
-    ``baseline``) from the same files."""
+def score_metrics(hyp: list[str], refs: list[list[str]], tokenize: str,
+                  metrics: tuple[str, ...]) -> dict[str, tuple[float, str]]:
+    """Each of ``metrics`` of ``hyp`` against the references ``refs`` (one or more): its
+    sacreBLEU corpus score and signature."""
+    scores = {}
+    for name in metrics:
+        scorer = metric_scorer(name, tokenize)
+        scores[name] = (scorer.corpus_score(hyp, refs).score, str(scorer.get_signature()))
+    return scores
+
+
+def sacrebleu_commands(hypothesis: str | Path, reference: str | Path | list, tokenize: str,
+                       baseline: str | Path | None = None, metrics: tuple[str, ...] = DEFAULT_METRICS) -> list[str]:
+    """The ``sacrebleu`` command lines that recompute the scores of ``metrics`` against the
+    reference(s) (and the paired tests, with ``baseline``) from the same files; chrF++ has its
+    own line (sacrebleu's ``--chrf-word-order`` applies to every chrF of a command)."""
     from platform.tracking import significance
 
-    ref, hyp = shlex.quote(str(Path(reference).resolve())), shlex.quote(str(Path(hypothesis).resolve()))
-    lines = [f"sacrebleu {ref} -i {hyp} -m bleu chrf --tokenize {tokenize} -w 4"]
+    references = reference if isinstance(reference, list) else [reference]
+    ref = " ".join(shlex.quote(str(Path(path).resolve())) for path in references)
+    hyp = shlex.quote(str(Path(hypothesis).resolve()))
+    plain = [METRICS[name][2] for name in metrics if name != "chrf++"]
+    lines = [f"sacrebleu {ref} -i {hyp} -m {' '.join(plain)} --tokenize {tokenize} -w 4"] if plain else []
+    if "chrf++" in metrics:
+        lines.append(f"sacrebleu {ref} -i {hyp} -m {METRICS['chrf++'][2]} -w 4")
     if baseline is not None:
         base = shlex.quote(str(Path(baseline).resolve()))
         for test, samples in (("bs", significance.BOOTSTRAP_SAMPLES), ("ar", significance.RANDOMISATION_TRIALS)):

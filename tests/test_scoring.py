@@ -65,6 +65,32 @@ def test_plain_text_scores_are_sacrebleus_own(files, lang, tokenize, tmp_path, c
     assert f"{mine['bleu']:.4f}" in script.stdout  # the written script recomputes it
 
 
+def test_chrf_plus_plus_and_ter_against_two_references_are_sacrebleus_own(files, tmp_path, capsys):
+    """``--metrics bleu,chrf,chrf++,ter`` and ``--ref`` twice: the scores sacreBLEU's command line
+    gives for the same files with both references, and the written script recomputes them."""
+    hyp, ref, second = files["a.en"], files["ref.en"], files["b.en"]  # b: a second, different reference
+    result = run_in_process(evaluate.main, ["--hyp", hyp, "--ref", ref, "--ref", second, "--tgt", "en",
+                                            "--metrics", "bleu,chrf,chrf++,ter", "--out", tmp_path / "multi"], capsys)
+    assert result.returncode == 0, result.stderr
+    mine = evaluate_json(result.stdout)
+    assert mine["references"] == 2 and mine["sentences"] == 300
+    plain = sacrebleu_cli(str(ref), str(second), "-i", str(hyp), "-m", "bleu", "chrf", "ter", "--tokenize", "13a")
+    plus = sacrebleu_cli(str(ref), str(second), "-i", str(hyp), "-m", "chrf", "--chrf-word-order", "2")
+    expected = {name: float(re.search(rf"^ *{metric}\|nrefs:2\|\S* = ([0-9.]+)", text, re.MULTILINE).group(1))
+                for name, metric, text in (("bleu", "BLEU", plain), ("chrf", "chrF2", plain),
+                                           ("ter", "TER", plain), ("chrf++", r"chrF2\+\+", plus))}
+    assert {name: mine[name] for name in expected} == pytest.approx(expected, abs=1e-4)
+    one = evaluate_json(run_in_process(evaluate.main, ["--hyp", hyp, "--ref", ref, "--tgt", "en"], capsys).stdout)
+    assert mine["bleu"] > one["bleu"] and set(one) == {"bleu", "chrf", "sentences", "references"}  # the default pair
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    script = subprocess.run(["sh", str(tmp_path / "multi.sacrebleu.sh")], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PATH": path})
+    assert all(f"{mine[name]:.4f}" in script.stdout for name in expected), script.stdout
+    refused = run_in_process(evaluate.main, ["--hyp", hyp, "--ref", ref, "--metrics", "bleu,meteor"], capsys)
+    assert refused.returncode == 2 and "--metrics bleu,meteor: a comma-separated list of bleu, chrf, chrf++, ter" \
+        in refused.stderr
+
+
 def evaluate_json(stdout: str) -> dict:
     import json
 
