@@ -334,6 +334,46 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
     assert_the_cluster_is_free()  # trials stopped while their worker groups started left no group holding CPUs
 
 
+FROZEN_SPACE = """\
+# the baseline at a learning rate too small to change a greedy translation: dev BLEU never improves
+model: transformer
+params:
+  optim.lr: {type: categorical, choices: [1.0e-9]}
+  model.dropout: {type: float, low: 0.0, high: 0.3}
+"""
+
+
+def test_a_trial_that_stops_itself_early_is_complete_in_the_summary_the_study_and_its_run(
+        ray_cluster, demo_dataset, tmp_path, capsys):
+    """``--set patience=1`` in a sweep: the trial whose dev BLEU does not improve on its second
+    validation stops there, before its 3 epochs, by itself: COMPLETE (not pruned) in the summary
+    and in the Optuna study, its run tagged with the reason, the console saying so."""
+    import csv
+
+    import optuna
+
+    space = tmp_path / "frozen.yaml"
+    space.write_text(FROZEN_SPACE)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    assert tune.main(sweep_args(demo_dataset, tmp_path, "--name", "e1", "--num-trials", "1", "--max-epochs", "3",
+                                "--search", "random", "--scheduler", "none", "--set", "patience=1",
+                                "--set", "max_steps_per_epoch=2", "--set", "eval.max_sentences=8",
+                                experiment="early", space=str(space))) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"trial \w+ stopped early after epoch 2 \(patience\)", out), out
+    client, runs = runs_of(uri, "early")
+    (trial,) = [r for r in runs if r.data.tags.get("mlflow.parentRunId")]
+    assert trial.info.status == "FINISHED" and "pruned" not in trial.data.tags
+    assert trial.data.tags["stopped"] == "early stopping: no better dev_bleu for 1 validations"
+    assert validated_epochs(client, trial.info.run_id) == [1, 2]
+    parent = next(r for r in runs if r.data.tags.get("sweep_parent") == "e1")
+    (row,) = csv.DictReader(open(client.download_artifacts(parent.info.run_id, "summary.csv", str(tmp_path)),
+                                 encoding="utf-8"))
+    assert (row["status"], row["epochs"]) == ("COMPLETE", "2")
+    study = optuna.load_study(study_name="e1", storage=f"sqlite:///{tmp_path}/runs/e1/optuna.db")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"]
+
+
 DIVERGING_SPACE = """\
 # the baseline at a learning rate that makes the loss NaN in its first updates
 model: transformer

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from platform.launch.summary import trial_status
+from platform.launch.sweep import trial_status
 from platform.redaction import RedactingFormatter, RedactingStream, redact
 from platform.tracking.tables import format_table, number
+from platform.training.loop import STOPPED_EARLY
 from platform.training.metrics import SHOWN, shown
 
 QUIET_LOGGERS = ("ray", "mlflow", "alembic", "optuna")  # their console output goes to the log file
@@ -140,9 +141,12 @@ def make_console(knobs: list[str], metric: str, max_epochs: int, table_every_s: 
             self._print(f"[{self._elapsed()}] trial {trial.trial_id} {epoch_text(result, max_epochs)}")
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            epochs = int((trial.last_result or {}).get("training_iteration", 0))
-            finished = trial_status(epochs, max_epochs) == "COMPLETE"
-            how = "finished" if finished else f"stopped by ASHA after epoch {epochs}"
+            result = trial.last_result or {}
+            epochs = int(result.get("training_iteration", 0))
+            finished = trial_status(result, max_epochs) == "COMPLETE"
+            how = ("finished" if finished and not result.get(STOPPED_EARLY) else
+                   f"stopped early after epoch {epochs} (patience)" if finished else
+                   f"stopped by the scheduler after epoch {epochs}")
             self._print(f"[{self._elapsed()}] trial {trial.trial_id} {how}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
@@ -163,7 +167,7 @@ def live_table(trials, knobs: list[str], metric: str, max_epochs: int) -> str:
     for trial in trials:
         result = trial.last_result or {}
         epochs = int(result.get("training_iteration", 0))
-        status = trial_status(epochs, max_epochs) if trial.status == "TERMINATED" else trial.status
+        status = trial_status(result, max_epochs) if trial.status == "TERMINATED" else trial.status
         row = {"trial": trial.trial_id, "status": status, "epoch": epochs}
         if isinstance(result.get(metric), (int, float)):
             row[metric] = float(result[metric])

@@ -22,6 +22,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from platform import compat
 from platform.errors import UserError
+from platform.training.loop import STOPPED_EARLY
 
 
 def scheduler_bytes(scheduler) -> bytes | None:
@@ -48,8 +49,9 @@ class PruneAwareOptunaSearch(OptunaSearch):
     """OptunaSearch that tells trials ended early by the scheduler as PRUNED.
 
     A trial that finishes without error before ``max_iterations`` epochs was stopped by the
-    scheduler (sweeps run without patience) or by the sweep's time budget; Optuna's TPE treats
-    pruned trials by their intermediate values."""
+    scheduler or by the sweep's time budget, unless it stopped itself early (its patience:
+    ``STOPPED_EARLY`` in its last result), which is complete; Optuna's TPE treats pruned trials by
+    their intermediate values."""
 
     def __init__(self, *args, max_iterations: int, scheduler=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -98,9 +100,9 @@ class PruneAwareOptunaSearch(OptunaSearch):
 
         if self._told_already(trial_id):
             return
-        stopped_early = (not error and result is not None and "training_iteration" in result
-                         and result["training_iteration"] < self.max_iterations)
-        if not stopped_early or trial_id in compat.completed_trials(self):
+        pruned = (not error and result is not None and "training_iteration" in result
+                  and result["training_iteration"] < self.max_iterations and not result.get(STOPPED_EARLY))
+        if not pruned or trial_id in compat.completed_trials(self):
             return super().on_trial_complete(trial_id, result, error)
         trial = compat.optuna_trials(self)[trial_id]
         study = compat.optuna_study(self)

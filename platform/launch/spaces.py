@@ -322,10 +322,9 @@ def _trial_base(model: str, recipe: str | None, size: str, overrides: Sequence[s
                 max_epochs: int | None) -> tuple[dict[str, Any], TrainConfig]:
     """A trial's base config, as data and loaded: ``model`` and ``recipe`` at ``size``
     (``training.config.resolve``, as ``platform.train`` resolves), ``--set`` ``overrides`` and
-    ``max_epochs``, without early stopping (the scheduler decides: a trial that ends early was
-    pruned)."""
+    ``max_epochs``.  Early stopping stays as the recipe or ``--set patience=N`` has it: a trial
+    that stops itself is complete, one the scheduler stops is pruned."""
     base = resolve(model, size, recipe=recipe, overrides=overrides, max_epochs=max_epochs)
-    base["patience"] = None
     config = load_train_config(base)  # a bad --set fails here
     _check_epoch_reports(config)
     return base, config

@@ -13,18 +13,12 @@ from platform import config as config_io
 from platform.data import storage
 from platform.data.builtin import DEMO_DIR
 from platform.launch.study import load_study, log_study
-from platform.launch.sweep import Sweep, trial_run_tags, trial_seed
+from platform.launch.sweep import Sweep, trial_run_tags, trial_seed, trial_status
 from platform.tracking import plots, relay, runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.tables import format_table, to_csv
 from platform.training.config import load_train_config
 from platform.training.metrics import shown
-
-
-def trial_status(epochs: int, max_epochs: int, error: bool = False) -> str:
-    """A finished trial as the summary and the console name it: ERROR, PRUNED (the scheduler or
-    the time budget stopped it before ``max_epochs``; sweeps run without patience) or COMPLETE."""
-    return "ERROR" if error else ("PRUNED" if epochs < max_epochs else "COMPLETE")
 
 
 def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
@@ -41,7 +35,7 @@ def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:
         metrics = result.metrics or {}
         trial_id = metrics.get("trial_id") or Path(result.path).name
         epochs = int(metrics.get("training_iteration", 0))
-        status = trial_status(epochs, sweep.max_epochs, error=result.error is not None)
+        status = trial_status(metrics, sweep.max_epochs, error=result.error is not None)
         row = {"trial": trial_id, **{k: result.config.get(k) for k in sweep.space.knobs}}
         if sweep.seeds_per_config > 1:
             row["seed"] = trial_seed(base_seed, result.config)

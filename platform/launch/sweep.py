@@ -29,6 +29,7 @@ from platform.launch.worker import LAST_REPORT
 from platform.redaction import redact
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
+from platform.training.loop import STOPPED_EARLY
 
 
 @dataclass
@@ -176,14 +177,26 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
             self._close(trial, error=f"trial {trial.trial_id} failed (see Ray logs)")
 
         def _close(self, trial, error):
-            epochs = int(trial.last_result.get("training_iteration", 0)) if trial.last_result else 0
+            pruned = error is None and trial_status(trial.last_result, max_iterations) == "PRUNED"
             tracking_uri = tracking_uri_of(held)
             RunCloser.of(tracking_uri, parent_run_id).close(
                 f"the close of trial {trial.trial_id}'s run",
                 lambda: close_trial_run(tracking_uri, experiment, parent_run_id, trial.trial_id,
-                                        pruned=error is None and epochs < max_iterations, error=error))
+                                        pruned=pruned, error=error))
 
     return CloseTrialRuns()
+
+
+def trial_status(last_result: dict | None, max_epochs: int, error: bool = False) -> str:
+    """A finished trial as the summary, the console and the searcher name it, from its last
+    result: ERROR; COMPLETE where it ran all ``max_epochs`` or stopped itself early (its
+    ``patience``: ``training.loop.STOPPED_EARLY`` in that report); else PRUNED (the scheduler or
+    the time budget stopped it)."""
+    if error:
+        return "ERROR"
+    result = last_result or {}
+    done = int(result.get("training_iteration", 0)) >= max_epochs or bool(result.get(STOPPED_EARLY))
+    return "COMPLETE" if done else "PRUNED"
 
 
 def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, trial_id: str, pruned: bool,

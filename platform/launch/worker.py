@@ -19,7 +19,7 @@ from platform.training.averaging import KeptWeights
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.context import Context, chosen_precision
-from platform.training.loop import UPDATE_METRICS, fit, temp_checkpoint
+from platform.training.loop import STOPPED_EARLY, UPDATE_METRICS, early_stopping_reason, fit, temp_checkpoint
 from platform.training.step import Diverged
 
 # in the report after which training ends: a sweep hands that one to Tune only after the
@@ -193,6 +193,8 @@ class RayHooks:
             return
         self.history.append(metrics)
         self._log(metrics, state, evaluation, is_best)
+        if metrics.get(STOPPED_EARLY):  # the reason in the run (a sweep's summary says COMPLETE)
+            self.logger.tag("stopped", early_stopping_reason(self.config))
         if final:
             self.finish()
             self.logger.drain(RunLogger.CLOSE_WAIT_S)  # the logger sends from a thread: wait for it

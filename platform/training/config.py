@@ -115,6 +115,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
         if self.keep_last < 1:
             raise ValueError(f"keep_last must be ≥ 1 (the checkpoint to resume from), got {self.keep_last}")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError(f"patience must be ≥ 1 validation (or null: no early stopping), got {self.patience}")
 
     @property
     def best_mode(self) -> Literal["max", "min"]:

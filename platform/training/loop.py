@@ -342,6 +342,8 @@ class _Run:
         is_best = _update_best(self.progress, metrics, self.config) if validate else False
         self.progress["history"].append({k: float(v) for k, v in metrics.items()})
         stop = validate and _should_stop(self.progress, self.config, self.ctx)
+        if stop:  # the last report says so: a sweep counts the trial complete, not pruned
+            metrics[STOPPED_EARLY] = 1.0
         state = (checkpoint_state(self.model, self.optimizer, self.scheduler, self.reader, self.config,
                                   self.progress, self.dataset.subword_bytes, self.dataset.meta, self.ctx.scaler)
                  if self.ctx.rank == 0 else None)
@@ -352,7 +354,7 @@ class _Run:
         self.window.reset()
         self.logged.began += time.perf_counter() - began  # a progress line's tokens/s counts updates only
         if stop and self.ctx.rank == 0:
-            self.log(f"early stopping: no better {self.config.best_metric} for {self.config.patience} validations")
+            self.log(early_stopping_reason(self.config))
         return stop
 
     def report_metrics(self) -> dict[str, float]:
@@ -374,6 +376,14 @@ class _Run:
         if self.ctx.rank == 0 and (config.average_last or config.keep_best):
             score = metrics.get(config.best_metric) if validated else None
             self.hooks.keep_weights(self.progress["step"], self.model.state_dict(), score, config)
+
+
+STOPPED_EARLY = "stopped_early"  # in the report with which early stopping (``patience``) ends training
+
+
+def early_stopping_reason(config: TrainConfig) -> str:
+    """Why a run that stopped early stopped, in the words of its progress line and MLflow tag."""
+    return f"early stopping: no better {config.best_metric} for {config.patience} validations"
 
 
 def _update_best(progress: dict, metrics: dict[str, float], config: TrainConfig) -> bool:

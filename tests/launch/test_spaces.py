@@ -104,6 +104,12 @@ def test_trials_stopped_early_are_told_to_optuna_as_pruned_not_complete():
     ours.on_trial_complete("direct", {"dev_bleu": 0.25, "training_iteration": 1})
     stopped = study_of(ours).trials[2]
     assert stopped.state == TrialState.PRUNED and stopped.intermediate_values == {1: 0.25}
+    # a trial that stopped itself (its patience) before its last epoch is complete, with its values
+    ours.suggest("patient")
+    for step, value in enumerate([1.5, 1.5], start=1):
+        ours.on_trial_result("patient", {"dev_bleu": value, "training_iteration": step})
+    ours.on_trial_complete("patient", {"dev_bleu": 1.5, "training_iteration": 2, "stopped_early": 1.0})
+    assert study_of(ours).trials[3].state == TrialState.COMPLETE and study_of(ours).trials[3].value == 1.5
     # Ray's own OptunaSearch would have told Optuna the stopped trial was COMPLETE with 0.5
     plain = OptunaSearch(space=space.define_by_run, metric="dev_bleu", mode="max", seed=0)
     _drive(plain, "stopped", [0.5])
@@ -178,3 +184,13 @@ def test_failure_retries_default_to_two_restarts_for_a_training():
     from platform import train
 
     assert train.build_parser().parse_args(["--model", "dbsa"]).max_failures == 2
+
+
+def test_a_finished_trial_is_complete_where_it_ran_out_or_stopped_itself_else_pruned():
+    from platform.launch.sweep import trial_status
+
+    assert trial_status({"training_iteration": 4}, 4) == "COMPLETE"
+    assert trial_status({"training_iteration": 2, "stopped_early": 1.0}, 4) == "COMPLETE"  # its patience
+    assert trial_status({"training_iteration": 2}, 4) == "PRUNED"  # the scheduler or the time budget
+    assert trial_status(None, 4) == "PRUNED"  # stopped before its first report
+    assert trial_status({"training_iteration": 4}, 4, error=True) == "ERROR"

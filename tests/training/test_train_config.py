@@ -13,6 +13,8 @@ def test_resolved_train_config_is_strict(tmp_path):
         resolve_config("dbsa", "cpu", overrides=["optim.learning_rate=1"])
     with pytest.raises(ConfigError, match=r"^unknown config key 'model.p_encc'; did you mean 'model.p_enc'\?$"):
         resolve_config("dbsa", "cpu", overrides=["model.p_encc=3"])
+    with pytest.raises(ConfigError, match=r"patience must be ≥ 1 validation \(or null: no early stopping\), got 0"):
+        resolve_config("dbsa", "cpu", overrides=["patience=0"])
     with pytest.raises(ConfigError, match="p_enc=9 is outside layers 1..2"):
         resolve_config("dbsa", "cpu", overrides=["model.p_enc=9"])
     with pytest.raises(ConfigError, match="model.gate: expected one of"):
