@@ -329,7 +329,8 @@ def test_a_multi_objective_sweep_that_hits_its_time_budget_ends_cleanly_with_its
     rows = list(csv.DictReader(open(summary, encoding="utf-8")))
     assert len(rows) == len(trials) and any(row["pareto"] == "yes" for row in rows)
     assert all(int(row["epochs"]) < 500 for row in rows)  # the budget stopped them, not their epoch limit
-    assert all(float(row["num_parameters"]) > 0 for row in rows)
+    # the budget may end a trial before its first report: blank where it had none
+    assert all(float(row["num_parameters"]) > 0 for row in rows if row["dev_bleu"] != "")
     assert "optuna/pareto_front.png" in {a.path for a in client.list_artifacts(parent.info.run_id, "optuna")}
     assert_the_cluster_is_free()  # trials stopped while their worker groups started left no group holding CPUs
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -222,8 +223,7 @@ def orphaned_groups(groups: list[dict], ended_sweeps: set[str], in_use: set[str]
     experiment began), the groups its ended experiment's trials left (``release_orphaned_groups``)."""
     job, before = this_sweep if this_sweep is not None else (None, set())
     return [g for g in groups if g["state"] != "REMOVED" and not g["is_detached"]
-            and g["placement_group_id"] not in in_use
-            and (g["creator_job_id"] in ended_sweeps
+            and ((g["creator_job_id"] in ended_sweeps and g["placement_group_id"] not in in_use)
                  or (g["creator_job_id"] == job and g["placement_group_id"] not in before))]
 
 
@@ -234,6 +234,9 @@ def placement_group_ids() -> set[str] | None:
         return {g["placement_group_id"] for g in cluster_records()[2]}
     except Exception:  # noqa: BLE001 - no state API here: nothing can be released afterwards either
         return None
+
+
+LEFTOVER_WATCH_S = 30.0  # how long, after an experiment, its trials' late groups are watched for
 
 
 def release_orphaned_groups(log=print, before: set[str] | None = None) -> float:
@@ -260,10 +263,22 @@ def release_orphaned_groups(log=print, before: set[str] | None = None) -> float:
     from ray.util.placement_group import PlacementGroup, remove_placement_group
 
     this_sweep = (ray.get_runtime_context().get_job_id(), before) if before is not None else None
-    cpus = 0.0
-    for group in orphaned_groups(groups, ended, in_use, this_sweep):
-        remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group["placement_group_id"]))))
-        cpus += sum(float(b.get("unit_resources", {}).get("CPU", 0)) for b in group["bundles"] or [])
+    cpus, quiet_checks, deadline = 0.0, 0, time.monotonic() + LEFTOVER_WATCH_S
+    while True:
+        left = orphaned_groups(groups, ended, in_use, this_sweep)
+        for group in left:
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group["placement_group_id"]))))
+            cpus += sum(float(b.get("unit_resources", {}).get("CPU", 0)) for b in group["bundles"] or [])
+        # a stopped trial's controller may still make its group a moment after the experiment
+        # ended: watched until two looks a second apart find nothing (at most LEFTOVER_WATCH_S)
+        quiet_checks = 0 if left else quiet_checks + 1
+        if this_sweep is None or quiet_checks >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+        try:
+            ended, in_use, groups = cluster_records()
+        except Exception:  # noqa: BLE001 - the state API went away: what was released stays released
+            break
     if cpus:
         log(f"cluster: released {cpus:g} CPUs that ended {'trials' if before is not None else 'sweeps'}' "
             "placement groups still held")

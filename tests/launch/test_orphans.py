@@ -18,11 +18,13 @@ def test_only_an_ended_sweeps_unused_non_detached_groups_are_left_behind():
               group("in-use", "03"), group("running-job", "01"), group("other-program", "05")]
     ended_sweeps = {"03"}  # job 05 ended too, but it was not a platform.tune driver
     assert [g["placement_group_id"] for g in orphaned_groups(groups, ended_sweeps, in_use={"in-use"})] == ["left"]
-    # the running sweep (job 01) after its experiment: the groups it made since it began, unused
+    # the running sweep (job 01) after its experiment: the groups it made since it began (what is
+    # still placed in them is being torn down)
     groups += [group("stopped-mid-start", "01"), group("still-placed", "01")]
     this_sweep = ("01", {"running-job"})  # running-job's group was there before the experiment
     assert [g["placement_group_id"] for g in orphaned_groups(groups, ended_sweeps, {"in-use", "still-placed"},
-                                                             this_sweep)] == ["left", "stopped-mid-start"]
+                                                             this_sweep)] == ["left", "stopped-mid-start",
+                                                                              "still-placed"]
 
 
 def test_the_records_come_from_the_real_state_api_and_a_running_jobs_group_is_kept(ray_cluster):
