@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from platform.launch.sweep import trial_status
 from platform.redaction import RedactingFormatter, RedactingStream, redact
 from platform.tracking.tables import format_table, number
-from platform.training.loop import STOPPED_EARLY
+from platform.training.loop import STOPPED_EARLY, trial_status
 from platform.training.metrics import SHOWN, shown
 
 QUIET_LOGGERS = ("ray", "mlflow", "alembic", "optuna")  # their console output goes to the log file

@@ -22,7 +22,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from platform import compat
 from platform.errors import UserError
-from platform.training.loop import STOPPED_EARLY
+from platform.training.loop import trial_status
 
 
 def scheduler_bytes(scheduler) -> bytes | None:
@@ -101,7 +101,7 @@ class PruneAwareOptunaSearch(OptunaSearch):
         if self._told_already(trial_id):
             return
         pruned = (not error and result is not None and "training_iteration" in result
-                  and result["training_iteration"] < self.max_iterations and not result.get(STOPPED_EARLY))
+                  and trial_status(result, self.max_iterations) == "PRUNED")
         if not pruned or trial_id in compat.completed_trials(self):
             return super().on_trial_complete(trial_id, result, error)
         trial = compat.optuna_trials(self)[trial_id]

@@ -29,7 +29,7 @@ from platform.launch.worker import LAST_REPORT
 from platform.redaction import redact
 from platform.tracking import runs, store
 from platform.training.config import load_train_config
-from platform.training.loop import STOPPED_EARLY
+from platform.training.loop import trial_status
 
 
 @dataclass
@@ -185,18 +185,6 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
                                         pruned=pruned, error=error))
 
     return CloseTrialRuns()
-
-
-def trial_status(last_result: dict | None, max_epochs: int, error: bool = False) -> str:
-    """A finished trial as the summary, the console and the searcher name it, from its last
-    result: ERROR; COMPLETE where it ran all ``max_epochs`` or stopped itself early (its
-    ``patience``: ``training.loop.STOPPED_EARLY`` in that report); else PRUNED (the scheduler or
-    the time budget stopped it)."""
-    if error:
-        return "ERROR"
-    result = last_result or {}
-    done = int(result.get("training_iteration", 0)) >= max_epochs or bool(result.get(STOPPED_EARLY))
-    return "COMPLETE" if done else "PRUNED"
 
 
 def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, trial_id: str, pruned: bool,

@@ -381,6 +381,18 @@ class _Run:
 STOPPED_EARLY = "stopped_early"  # in the report with which early stopping (``patience``) ends training
 
 
+def trial_status(last_result: dict | None, max_epochs: int, error: bool = False) -> str:
+    """A finished trial as the summary, the console and the searcher name it, from its last
+    result: ERROR; COMPLETE where it ran all ``max_epochs`` or stopped itself early (its
+    ``patience``: ``STOPPED_EARLY`` in that report); else PRUNED (the scheduler or
+    the time budget stopped it)."""
+    if error:
+        return "ERROR"
+    result = last_result or {}
+    done = int(result.get("training_iteration", 0)) >= max_epochs or bool(result.get(STOPPED_EARLY))
+    return "COMPLETE" if done else "PRUNED"
+
+
 def early_stopping_reason(config: TrainConfig) -> str:
     """Why a run that stopped early stopped, in the words of its progress line and MLflow tag."""
     return f"early stopping: no better {config.best_metric} for {config.patience} validations"
