@@ -73,11 +73,12 @@ class MlflowOutage:
     """A real ``mlflow server`` on 127.0.0.1 that a thread SIGKILLs once the first run of the
     experiment ``outage`` has logged epoch 1, and starts again ``seconds`` later: train with
     ``--tracking-uri outage.uri --experiment outage``, then ``checked_run()``.  One harness for
-    the outage tests on one machine and across nodes that share no disk."""
+    the outage tests on one machine and across nodes that share no disk.  With ``seconds=None``
+    it stays down until the test calls ``restart()`` (an outage across the end of a run)."""
 
     EXPERIMENT = "outage"
 
-    def __init__(self, directory: Path, seconds: float = 20.0, backend: str | None = None, when=None):
+    def __init__(self, directory: Path, seconds: float | None = 20.0, backend: str | None = None, when=None):
         self.server, self.seconds = MlflowServer(directory, backend=backend), seconds
         self.when = when  # the runs (search_runs) -> bool on which it goes down; default: epoch 1 logged
         self.times: list[float] = []  # when it went down, when it came back
@@ -116,11 +117,15 @@ class MlflowOutage:
             wait_for(self._epoch_1_logged, 300, "epoch 1 in MLflow", poll=0.5)
             self.server.stop()
             self.times.append(time.time())
-            time.sleep(self.seconds)
-            self.times.append(time.time())
-            self.server.start()
+            if self.seconds is not None:
+                time.sleep(self.seconds)
+                self.restart()
         except BaseException as error:  # noqa: BLE001 - reported by checked_run
             self.failures.append(error)
+
+    def restart(self) -> None:
+        self.times.append(time.time())
+        self.server.start()
 
     def checked_run(self, epochs: int = 4):
         """After training: the outage happened; the run FINISHED with every epoch (some measured

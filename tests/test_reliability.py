@@ -225,7 +225,7 @@ def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_c
         monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")  # MLflow's own retries again: minutes a call
         logger.tag("best_epoch", "5")
         time.sleep(1)  # within RETRY_AFTER_S of the failure a new call is queued, not sent nor probed
-        assert "unreachable" not in capsys.readouterr().err and logger.pending[-1][0] == "tag best_epoch"
+        assert "unreachable" not in capsys.readouterr().err and logger.pending[-1].what == "tag best_epoch"
         monkeypatch.setattr(RunLogger, "CLOSE_WAIT_S", 2.0)
         began = time.monotonic()
         assert logger.close() == ["metrics of step 5", "tag best_epoch"]

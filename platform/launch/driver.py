@@ -19,8 +19,11 @@ from platform.errors import UserError
 from platform.launch.cluster import start_ray
 from platform.launch.warm_start import WarmStart
 from platform.launch.worker import train_loop_per_worker
+from platform.redaction import redact
 from platform.tracking import runs, store
 from platform.tracking.relay import start_relay
+from platform.tracking.spool import Spool, spool_root
+from platform.tracking.spool import end as spool_end
 from platform.training.config import TrainConfig
 
 
@@ -77,23 +80,37 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     run_id = store.when_up(job.tracking_uri, open_run, f"run {job.run_name}") if parent_run_id else open_run()
     try:
         result = _fit_with_ray(config, job, run_id, callbacks or [])
-    except Exception as error:  # the run closed FAILED with the reason (through an outage), then the error
-        def close(failure: Exception = error) -> None:
-            runs.end_run(job.tracking_uri, run_id, error=failure, only_if_running=True)
-
+    except Exception as error:  # the run closed FAILED with the reason (kept through an outage), then the error
         try:
-            store.when_up(job.tracking_uri, close, f"the end of run {job.run_name}")
+            close_run(job, run_id, error)
         except Exception as closing:  # noqa: BLE001 - the training's own error is the one to raise
             print(f"warning: run {run_id} could not be closed: {closing}", flush=True)
         raise
     except BaseException as error:  # Ctrl-C, a Tune stop: closed if the store answers now, not waited for
-        runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True)
+        runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True, spool=spool_root(job.storage_path))
         raise
-    store.when_up(job.tracking_uri, lambda: runs.end_run(job.tracking_uri, run_id, only_if_running=True),
-                  f"the end of run {job.run_name}")
+    close_run(job, run_id)
     if after_fit is not None:
         after_fit(result)
     return run_id
+
+
+def close_run(job: Job, run_id: str, error: BaseException | None = None) -> None:
+    """The run closed after what its workers kept in the spool (``tracking.spool``); while the
+    store is down its end is kept there too, after them, and nothing waits: the next command
+    that opens the store (or the sweep that closes the trial) delivers them in order."""
+    root = spool_root(job.storage_path)
+    if store.store_down(job.tracking_uri) is None:
+        try:
+            runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True, spool=root)
+            return
+        except Exception:
+            if store.store_down(job.tracking_uri) is None:
+                raise  # not an outage
+    Spool(root).put(run_id, [spool_end(error)])
+    print(f"MLflow at {redact(job.tracking_uri)} does not answer: the end of run {job.run_name} ({run_id}) is kept "
+          f"in {Spool(root)} with its other records; the next command that opens the store delivers them "
+          f"(python -m platform.report --replay)", flush=True)
 
 
 class TrainingFailed(UserError):
@@ -113,7 +130,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
         train_loop_config={"config": config, "dataset": job.dataset,
                            "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
                            "started_at": job.started_at, "init": job.init.loop_config() if job.init else None,
-                           "kept_at": kept_location(job)},
+                           "kept_at": kept_location(job), "spool": spool_root(job.storage_path)},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu,
                                                resources_per_worker=resources),
         torch_config=NodeBoundTorchConfig(),  # the process group listens on the node address only

@@ -28,6 +28,7 @@ from platform.launch.study import kept_url, load_study, open_storage
 from platform.launch.worker import LAST_REPORT
 from platform.redaction import redact
 from platform.tracking import runs, store
+from platform.tracking.spool import replay_all, spool_root
 from platform.training.config import load_train_config
 from platform.training.loop import trial_status
 
@@ -62,6 +63,11 @@ class Sweep:
     def path(self) -> str:
         """The sweep's directory: its first Tune experiment, console log, plots, best config."""
         return f"{self.job.storage_path.rstrip('/')}/{self.name}"
+
+    @property
+    def spool(self) -> str:
+        """Where its runs keep what MLflow could not take (``tracking.spool``)."""
+        return spool_root(str(self.job.storage_path))
 
     def experiment_path(self, extension: int | None = None) -> str:
         """The Tune experiment of ``extension`` (default: this session's)."""
@@ -153,7 +159,8 @@ def tracking_uri_of(held: str | None) -> str:
     return held if held is not None else os.environ[TRACKING_URI_ENV]
 
 
-def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id: str, max_iterations: int):
+def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id: str, max_iterations: int,
+                               spool: str | None = None):
     import ray.tune
 
     held = held_tracking_uri(tracking_uri)
@@ -182,14 +189,15 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
             RunCloser.of(tracking_uri, parent_run_id).close(
                 f"the close of trial {trial.trial_id}'s run",
                 lambda: close_trial_run(tracking_uri, experiment, parent_run_id, trial.trial_id,
-                                        pruned=pruned, error=error))
+                                        pruned=pruned, error=error, spool=spool))
 
     return CloseTrialRuns()
 
 
 def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, trial_id: str, pruned: bool,
-                    error: str | None) -> None:
-    """What ``CloseTrialRuns`` does for one trial that ended (see there)."""
+                    error: str | None, spool: str | None = None) -> None:
+    """What ``CloseTrialRuns`` does for one trial that ended (see there), after what the trial
+    kept in ``spool`` during an outage is in."""
     run_id = runs.find_run(tracking_uri, experiment, trial_run_tags(parent_run_id, trial_id))
     if run_id is None:
         return
@@ -200,9 +208,9 @@ def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, tria
     if error is None and run.info.status != "FINISHED":
         if "error" in run.data.tags:  # written by the interrupted trial process
             client.delete_tag(run_id, "error")
-        runs.end_run(tracking_uri, run_id)
+        runs.end_run(tracking_uri, run_id, spool=spool)
     elif run.info.status == "RUNNING":
-        runs.end_run(tracking_uri, run_id, error=error)
+        runs.end_run(tracking_uri, run_id, error=error, spool=spool)
 
 
 class RunCloser:
@@ -276,6 +284,7 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     if resume and not ray.tune.Tuner.can_restore(path):
         raise UserError(f"nothing to resume at {path}")
     release_orphaned_groups()  # what an interrupted sweep's teardown left reserved (a trial slot each)
+    replay_all(str(sweep.job.storage_path), sweep.tracking_uri)  # what earlier runs kept during an outage
     if sweep.study_storage:
         kept_url(sweep.study_storage)  # its password where the searcher Tune unpickles on --resume finds it
     # a trial resumed after its training had finished ends without a new report; Tune's strict
@@ -295,8 +304,11 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     RunCloser.drain(sweep.parent_run_id)  # the trials' runs closed (after an outage: once the server is back)
     store.when_up(sweep.tracking_uri, lambda: end_stopped_trials(sweep, results), "the sweep's stopped trials")
     store.when_up(sweep.tracking_uri, lambda: end_lost_trials(sweep.tracking_uri, sweep.experiment,
-                                                              sweep.parent_run_id, compat.tune_trial_ids(results)),
+                                                              sweep.parent_run_id, compat.tune_trial_ids(results),
+                                                              sweep.spool),
                   "the sweep's lost trials")
+    store.when_up(sweep.tracking_uri, lambda: replay_all(str(sweep.job.storage_path), sweep.tracking_uri),
+                  "what the sweep's runs kept during an outage")
     earlier = [ray.tune.Tuner.restore(sweep.experiment_path(k), trainable=trainable).get_results()
                for k in range(sweep.extension)]
     sweep.session_trials = len(results)
@@ -307,7 +319,8 @@ LOST = ("lost: the sweep's driver ended before Ray Tune had saved this trial, so
         "sweep could not resume it (its searcher asked for another trial in its place)")
 
 
-def end_lost_trials(tracking_uri: str, experiment: str, parent_run_id: str, known: set[str]) -> list[str]:
+def end_lost_trials(tracking_uri: str, experiment: str, parent_run_id: str, known: set[str],
+                    spool: str | None = None) -> list[str]:
     """Close the sweep's trial runs that no trial Tune knows (``known``: its trial ids) owns.
     The driver ended (a kill, a head restart) after a trial had opened its MLflow run but
     before Tune saved its experiment state with that trial, so the resumed Tune never knew
@@ -318,7 +331,7 @@ def end_lost_trials(tracking_uri: str, experiment: str, parent_run_id: str, know
     client = store.client(tracking_uri)
     for run_id in lost:
         client.set_tag(run_id, "lost", "true")
-        runs.end_run(tracking_uri, run_id, error=LOST)
+        runs.end_run(tracking_uri, run_id, error=LOST, spool=spool)
     return lost
 
 
@@ -343,7 +356,7 @@ def end_stopped_trials(sweep: Sweep, results) -> None:
                 client.delete_tag(run_id, "error")
             client.set_tag(run_id, "pruned", "true")
             client.set_tag(run_id, "stopped", "time budget" if sweep.time_budget_s else "sweep ended")
-            runs.end_run(sweep.tracking_uri, run_id)
+            runs.end_run(sweep.tracking_uri, run_id, spool=sweep.spool)
     study = load_study(sweep.study_storage, sweep.name)
     if study is not None:  # trained for a while: pruned; asked but never reported (lost to a kill): failed
         several = len(study.directions) > 1  # no intermediate values: stopped by the budget, or lost
@@ -377,7 +390,7 @@ def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool)
             name=experiment_name(sweep.name, sweep.extension), storage_path=str(sweep.job.storage_path),
             verbose=None if verbose else 0,
             callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id,
-                                                  sweep.max_epochs),
+                                                  sweep.max_epochs, sweep.spool),
                        *callbacks]),
     )
 

@@ -22,6 +22,7 @@ from platform.launch.driver import Job, run
 from platform.launch.warm_start import load_warm_start
 from platform.tracking import runs
 from platform.tracking.registry import check_model_name, register
+from platform.tracking.spool import replay_all
 from platform.tracking.store import resolve_tracking_uri
 from platform.training import recipes
 from platform.training.config import TrainConfig, check_dataset, resolve_config
@@ -80,6 +81,7 @@ def train(request: TrainRequest) -> int:
     cpus = request.cpus_per_worker or default_cpus_per_worker(request.workers)
     check_worker_group(request.workers, cpus, request.gpus_per_worker, joined=request.address is not None)
     storage = storage_uri(request.storage_path)
+    replay_all(storage, tracking_uri)  # what earlier runs kept during an outage (tracking.spool)
     shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
     dataset = resolve_dataset(request.data)
     check_dataset(config, read_meta(dataset), dataset)  # before any training

@@ -52,7 +52,8 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
     location = loop["dataset"].location  # a DatasetRef
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0, log=_write_line)
     example = dataset.dev.texts["src_text"][0] if dataset.dev is not None else "a source sentence"
-    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example, loop["kept_at"])
+    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example, loop["kept_at"],
+                     loop["spool"])
     if hooks.logger is not None:  # what ``precision: auto`` chose on this device, and which GPU Ray gave rank 0
         hooks.logger.tag("precision", chosen_precision(config.precision, ctx.device))
         hooks.logger.tag("device", str(ctx.device))
@@ -84,7 +85,7 @@ def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
     if ray.train.get_context().get_local_rank() != 0:
         return None, None
     logger = hooks.logger if hooks.logger is not None else RunLogger(
-        loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True)
+        loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True, spool=loop["spool"])
     return node_sampler(logger, _platform.node()), logger
 
 
@@ -111,14 +112,15 @@ class RayHooks:
     resuming from ``ray.train.get_checkpoint()``, and rank 0's MLflow logging."""
 
     def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str,
-                 example_source: str = "a source sentence", kept_at: str = ""):
+                 example_source: str = "a source sentence", kept_at: str = "", spool: str | None = None):
         self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
         # the kept weights (averaging window, best N) in the run's storage: they outlive a worker
         self.kept = (KeptWeights(locate(kept_at), config.average_last, config.keep_best, config.best_mode)
                      if rank == 0 and kept_at else None)
         self.reported_best: int | None = None  # the best update of the last report Ray has (settle_best)
         self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
-        self.logger = RunLogger(tracking_uri, run_id) if rank == 0 else None
+        # what MLflow cannot take when the worker ends is kept in the run's storage (tracking.spool)
+        self.logger = RunLogger(tracking_uri, run_id, spool=spool) if rank == 0 else None
         self.num_parameters = 0.0  # set by wrap
         if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
             import ray
@@ -197,7 +199,7 @@ class RayHooks:
             self.logger.tag("stopped", early_stopping_reason(self.config))
         if final:
             self.finish()
-            self.logger.drain(RunLogger.CLOSE_WAIT_S)  # the logger sends from a thread: wait for it
+            self.logger.settle()  # delivered, or kept in the spool: nothing left in this process
         with temp_checkpoint(state) as directory:
             ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
         if self.kept is not None:  # settled one report behind: the report before this one is registered

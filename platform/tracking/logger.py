@@ -10,20 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from platform.redaction import redact
-from platform.tracking import model
-from platform.tracking.artifacts import files_of, upload_bytes
+from platform.tracking import spool as records
+from platform.tracking.artifacts import files_of
 from platform.tracking.relay import RelayClient
-from platform.tracking.store import (
-    client,
-    log_metrics,
-    log_missing_metrics,
-    metric_steps,
-    model_steps,
-    on_client,
-    run_tags,
-    server_down,
-)
+from platform.tracking.spool import Record, Spool, refused, run_missing, warn
+from platform.tracking.store import client, metric_steps, model_steps, on_client, run_tags, server_down
 
 
 def _holds_caller(method):
@@ -46,8 +37,12 @@ class RunLogger:
     A call that still fails after those retries stays queued and is retried with later ones (at
     most once a minute, see ``flush``; every few seconds while ``drain`` waits for the queue); a
     call the store refuses (4xx) is dropped with a warning, except that a run missing from the
-    store raises ``RunLost`` on the next call (every later call would be lost too); ``close``
-    waits a bounded time, makes a last try and names what is lost.  During an outage the sender
+    store raises ``RunLost`` on the next call (every later call would be lost too).  Each call is
+    a ``spool.Record``: with a ``spool`` (the runs' storage, ``spool.spool_root``), what is still
+    queued when the writer ends (``settle``, ``close``) is kept there for a later replay once the
+    server has not taken it within ``SETTLE_WAIT_S`` (at once while its health check says down),
+    so neither an outage nor its length loses a record or holds a rank; without one ``close``
+    waits ``CLOSE_WAIT_S``, makes a last try and names what is lost.  During an outage the sender
     first asks an HTTP server's ``/health`` (5 s) before it sends again, so a store that is still
     down costs seconds, not MLflow's retries.  Reads (``get_tag``, ``metric_steps``) wait at most
     ``READ_WAIT_S`` and count as unset when the store does not answer.  For a CLI
@@ -63,17 +58,22 @@ class RunLogger:
     # server that refuses connections take ~4 min (7 retries, back-off up to 2 min), so a call
     # begun just as the server went down may still be lost: close() names it
     CLOSE_WAIT_S = 150.0
+    # with a spool, how long settle() lets a server that answers take what is queued before the
+    # rest is kept in the spool (a server that does not answer its health check: no wait)
+    SETTLE_WAIT_S = 30.0
     # while a caller waits in drain(), the queue is tried again this often (the health check
     # first), not only after RETRY_AFTER_S: the end of a run follows the store back within seconds
     DRAIN_RETRY_S = 5.0
 
-    def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None):
+    def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None,
+                 spool: str | None = None):
         self.held_s = 0.0
         self._owner, self._in_call = threading.get_ident(), False  # whose calls held_s counts
         with self._holding():
             self.tracking_uri, self.run_id = tracking_uri, run_id
             self.client = client(tracking_uri)
-            self.pending: list[tuple[str, Callable[[], Any]]] = []
+            self.pending: list[Record] = []
+            self.spool = Spool(spool) if spool else None
             self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none pending)
             self._outage = False  # the last attempt failed: probe before sending again
             self._said_down_at = -self.RETRY_AFTER_S  # when a probe last said so on the console
@@ -88,7 +88,7 @@ class RunLogger:
                 self._sender = threading.Thread(target=self._send_loop, name=f"mlflow-{run_id[:8]}", daemon=True)
                 self._sender.start()
             if reopen:  # training (also after a restart from a checkpoint): the run is live again
-                self._call("reopen the run", lambda: self.client.update_run(run_id, status="RUNNING"))
+                self._call(records.reopen())
 
     @contextlib.contextmanager
     def _holding(self):
@@ -106,10 +106,7 @@ class RunLogger:
 
     @_holds_caller
     def metrics(self, metrics: dict[str, float], step: int) -> None:
-        now = int(time.time() * 1000)  # when it was measured, not when it reached the store
-        values = {key: float(value) for key, value in metrics.items()}
-        self._call(f"metrics of step {step}",
-                   lambda: on_client(self.client, log_metrics, self.run_id, values, step, now))
+        self._call(records.metrics(metrics, step))
 
     @_holds_caller
     def missing_metrics(self, history: list[dict[str, float]], key: str) -> None:
@@ -117,15 +114,11 @@ class RunLogger:
         what an outage kept from a worker that then died.  Which ones is decided when the call
         is sent, in order with the rest, so a store that is down now holds nobody up and gets
         nothing twice once it is back."""
-        entries = [{name: float(value) for name, value in metrics.items()} for metrics in history]
-        now = int(time.time() * 1000)
-        self._call(f"missed {key}s",
-                   lambda: on_client(self.client, log_missing_metrics, self.run_id, key, entries, now))
+        self._call(records.missing_metrics(history, key))
 
     @_holds_caller
     def tag(self, key: str, value: str) -> None:
-        value = redact(str(value))
-        self._call(f"tag {key}", lambda: self.client.set_tag(self.run_id, key, value))
+        self._call(records.tag(key, value))
 
     @_holds_caller
     def get_tag(self, key: str) -> str | None:
@@ -162,29 +155,23 @@ class RunLogger:
         if "value" in box:
             return box["value"]
         reason = _one_line(box["error"]) if "error" in box else f"no answer in {self.READ_WAIT_S:.0f} s"
-        _warn(f"could not read {what} of run {self.run_id} ({reason}); taken as unset")
+        warn(f"could not read {what} of run {self.run_id} ({reason}); taken as unset")
         return None
 
     @_holds_caller
     def artifact(self, path: str | Path, directory: str | None = None) -> None:
         # a copy: the file may be rewritten (plots, best checkpoint) before a delayed upload
-        data = Path(path).read_bytes()
-        name = Path(path).name
-        self._call(f"artifact {directory or '.'}/{name}",
-                   lambda: upload_bytes(self.client, self.run_id, name, data, directory), replaces=True)
+        self._call(records.artifact(Path(path).name, Path(path).read_bytes(), directory), replaces=True)
 
     @_holds_caller
     def model(self, directory: Path, step: int, params: dict[str, str]) -> None:
         """Log a saved MLflow model directory (``tracking.model.save``) as the run's logged model."""
-        files, created = files_of(directory), {}  # a copy, read now; the id kept across retries
-        self._call("the MLflow model", lambda: model.log(self.client, self.run_id, files, step, params, created))
+        self._call(records.logged_model(files_of(directory), step, params))  # a copy, read now
 
     @_holds_caller
     def text(self, text: str, artifact_file: str) -> None:
-        name, parent = Path(artifact_file).name, str(Path(artifact_file).parent)
-        data = text.encode("utf-8")
-        self._call(f"artifact {artifact_file}",
-                   lambda: upload_bytes(self.client, self.run_id, name, data, None if parent == "." else parent),
+        parent = str(Path(artifact_file).parent)
+        self._call(records.artifact(Path(artifact_file).name, text.encode("utf-8"), None if parent == "." else parent),
                    replaces=True)
 
     @_holds_caller
@@ -200,7 +187,7 @@ class RunLogger:
                 self._retry_at = time.monotonic() + self.RETRY_AFTER_S
                 if time.monotonic() >= self._said_down_at + self.RETRY_AFTER_S:  # drain() asks more often
                     self._said_down_at = time.monotonic()
-                    _warn(f"MLflow still unreachable ({reason}); {len(self.pending)} call(s) kept for run "
+                    warn(f"MLflow still unreachable ({reason}); {len(self.pending)} call(s) kept for run "
                           f"{self.run_id}")
                 return False
             while True:
@@ -208,22 +195,22 @@ class RunLogger:
                     if not self.pending:
                         break
                     entry = self.pending[0]
-                what, call = entry
+                what = entry.what
                 try:
-                    call()
+                    records.apply(self.client, self.run_id, entry)
                 except Exception as error:
                     if not self.keep_going:
                         self._remove(entry)
                         raise
-                    if _run_missing(error):  # every later call would be lost too: never train on silently
+                    if run_missing(error):  # every later call would be lost too: never train on silently
                         raise RunLost(f"MLflow run {self.run_id} is not an active run of {self.tracking_uri} "
                                       f"({_one_line(error)}); stopping rather than training without tracking") from None
-                    if _refused(error):  # retrying cannot help: say what is lost, keep the rest going
+                    if refused(error):  # retrying cannot help: say what is lost, keep the rest going
                         self._remove(entry)
-                        _warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
+                        warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
                         continue
                     self._retry_at, self._outage = time.monotonic() + self.RETRY_AFTER_S, True
-                    _warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
+                    warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
                           f"for run {self.run_id}, retried with a later one (first: {what})")
                     return False
                 self._remove(entry)
@@ -238,8 +225,9 @@ class RunLogger:
         return server_down(self.tracking_uri)
 
     @_holds_caller
-    def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s for the sender to empty the queue (one forced try now)."""
+    def drain(self, timeout: float, while_up: bool = False) -> bool:
+        """Wait up to ``timeout`` s for the sender to empty the queue (one forced try now);
+        ``while_up``: stop waiting as soon as the server's health check says it is down."""
         if self._sender is None:
             return self.flush(force=True)
         deadline, retry = time.monotonic() + timeout, 0.0
@@ -248,38 +236,72 @@ class RunLogger:
                 if not self.pending:
                     return True
             if time.monotonic() >= retry:  # try now, not at the next minute (after the health check)
+                if while_up and self._down() is not None:  # a send under way may be stuck in retries
+                    return False
                 self._retry_at, retry = 0.0, time.monotonic() + self.DRAIN_RETRY_S
                 self._wake.set()
             time.sleep(0.1)
         return False
 
     @_holds_caller
-    def close(self) -> list[str]:
-        """Let the sender finish (at most ``CLOSE_WAIT_S``), make a last try; returns (and warns
-        about) what could not be logged."""
-        if self._sender is not None:
+    def settle(self) -> list[str]:
+        """What is queued delivered, or kept: with a spool, what the server has not taken within
+        ``SETTLE_WAIT_S`` (none of it while the server is down) goes to the spool; without one,
+        the sender has ``CLOSE_WAIT_S``.  Returns what is lost (kept records are not)."""
+        if self._sender is None:
+            self.flush(force=True)
+        elif self.spool is not None:
+            self.drain(self.SETTLE_WAIT_S, while_up=True)
+        else:
             self.drain(self.CLOSE_WAIT_S)
+        return self._keep_pending()
+
+    def _keep_pending(self) -> list[str]:
+        """Move what is still queued to the spool; returns what is neither sent nor kept."""
+        with self._lock:
+            left = list(self.pending)
+            if self.spool is not None:
+                self.pending = []
+        if not left or self.spool is None:
+            return [record.what for record in left]
+        try:
+            self.spool.put(self.run_id, left)
+        except Exception as error:  # noqa: BLE001 - said below: the records are lost
+            warn(f"could not keep {len(left)} MLflow record(s) of run {self.run_id} in {self.spool}: "
+                 f"{_one_line(error)}")
+            return [record.what for record in left]
+        warn(f"MLflow unreachable: {len(left)} record(s) of run {self.run_id} kept in {self.spool}; "
+             f"they reach MLflow when the run is closed or the next command opens the store "
+             f"(python -m platform.report --replay)")
+        return []
+
+    @_holds_caller
+    def close(self) -> list[str]:
+        """``settle``, then stop the sender (without a spool: one last try).  Returns (and warns
+        about) what could be neither logged nor kept."""
+        if self._sender is not None:
+            self.drain(self.SETTLE_WAIT_S if self.spool is not None else self.CLOSE_WAIT_S,
+                       while_up=self.spool is not None)
             self._closing = True
             self._wake.set()
-            self._sender.join(timeout=30)
-        if self._sender is None or not self._sender.is_alive():
+            self._sender.join(timeout=5 if self.spool is not None else 30)
+        if self.spool is None and (self._sender is None or not self._sender.is_alive()):
             try:
                 self.flush(force=True)
             except RunLost as error:
-                _warn(str(error))
-        with self._lock:
-            lost = [what for what, _ in self.pending]
+                warn(str(error))
+        lost = self._keep_pending()
         if lost:
-            _warn(f"MLflow stayed unreachable: not logged to run {self.run_id}: {', '.join(lost)}")
+            warn(f"MLflow stayed unreachable: not logged to run {self.run_id}: {', '.join(lost)}")
         return lost
 
-    def _call(self, what: str, call: Callable[[], Any], replaces: bool = False) -> None:
+    def _call(self, record: Record, replaces: bool = False) -> None:
         if self._fatal is not None:
             raise self._fatal
         with self._lock:
             if replaces:  # a newer version of the same artifact supersedes a queued one
-                self.pending = [(w, c) for w, c in self.pending if w != what]
-            self.pending.append((what, call))
+                self.pending = [queued for queued in self.pending if queued.what != record.what]
+            self.pending.append(record)
         if self._sender is None:
             self.flush()
         else:
@@ -303,42 +325,13 @@ class RunLogger:
                 self._fatal = error
                 return
             except Exception as error:  # noqa: BLE001 - never let the thread die silently
-                _warn(f"MLflow sender for run {self.run_id}: {_one_line(error)}")
+                warn(f"MLflow sender for run {self.run_id}: {_one_line(error)}")
 
 
 class RunLost(RuntimeError):
     """The run being logged to is not in the store (deleted, or another store than the driver's)."""
 
 
-def _run_missing(error: BaseException) -> bool:
-    """The run is gone from the store: never created there, or deleted (MLflow then refuses
-    every write with "must be in the 'active' state")."""
-    from mlflow.exceptions import MlflowException
-
-    if not isinstance(error, MlflowException):
-        return False
-    return error.error_code == "RESOURCE_DOES_NOT_EXIST" or "must be in the 'active' state" in str(error)
-
-
-def _refused(error: BaseException) -> bool:
-    """The store answered and refused the call (a 4xx-class MLflow error): retrying cannot help."""
-    from mlflow.exceptions import MlflowException
-
-    if not isinstance(error, MlflowException):
-        return False
-    try:
-        return 400 <= int(error.get_http_status_code()) < 500
-    except (TypeError, ValueError):
-        return False
-
-
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return (text[:300] + "...") if len(text) > 300 else (text or type(error).__name__)
-
-
-def _warn(message: str) -> None:
-    import sys
-
-    sys.stderr.write(f"warning: {message}\n")
-    sys.stderr.flush()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from platform.tracking.artifacts import files_of, is_direct, upload_bytes, upload_direct, upload_model_files
+from platform.tracking.health import server_down
 
 if TYPE_CHECKING:
     from mlflow.entities import Experiment, FileInfo, LoggedModel, LoggedModelOutput, Metric, Run
@@ -128,9 +129,7 @@ class MlflowRelay:
             return function(self.client, *args, **kwargs)
 
     def down(self) -> str | None:
-        """``store.server_down``, asked from the driver's node."""
-        from platform.tracking.store import server_down  # store imports this module
-
+        """``health.server_down``, asked from the driver's node."""
         return server_down(self.tracking_uri)
 
     def log_artifact_bytes(self, run_id: str, name: str, data: bytes, directory: str | None) -> None:

@@ -19,7 +19,8 @@ from platform import config as config_io
 from platform.errors import UserError
 from platform.redaction import redact, redact_values
 from platform.tracking.artifacts import upload_bytes
-from platform.tracking.store import client, on_client, run_status
+from platform.tracking.spool import Spool, message_of
+from platform.tracking.store import client, on_client, run_status, terminate
 from platform.training.config import knob_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -258,24 +259,17 @@ def status(tracking_uri: str, run_id: str) -> str:
 
 
 def end_run(tracking_uri: str, run_id: str, error: BaseException | str | None = None,
-            only_if_running: bool = False) -> None:
-    """Close the run FINISHED, or FAILED with the error as a tag.
+            only_if_running: bool = False, spool: str | None = None) -> None:
+    """Close the run FINISHED, or FAILED with the error as a tag, after the records it kept in
+    ``spool`` (a ``tracking.spool`` root) are in; the ends kept there are superseded by this one.
 
     ``only_if_running`` leaves a run that someone else (the sweep driver) closed already as it
     is: a trial that Tune stopped may see its training interrupted after the driver marked its
     run FINISHED, and that interruption is not a failure."""
-    message = None if error is None else (str(error) if str(error) else type(error).__name__)
-    on_client(client(tracking_uri), _end_run, run_id, message, only_if_running)
-
-
-def _end_run(mlflow_client, run_id: str, message: str | None, only_if_running: bool) -> None:
-    if only_if_running and mlflow_client.get_run(run_id).info.status != "RUNNING":
-        return
-    if message is not None:
-        mlflow_client.set_tag(run_id, "error", redact(message)[:5000])
-        mlflow_client.set_terminated(run_id, status="FAILED")
-    else:
-        mlflow_client.set_terminated(run_id, status="FINISHED")
+    mlflow_client = client(tracking_uri)
+    if spool is not None and Spool(spool).root.child(run_id).is_dir():
+        Spool(spool).replay(mlflow_client, run_id, ends=False)
+    on_client(mlflow_client, terminate, run_id, message_of(error), only_if_running)
 
 
 def tag_run(tracking_uri: str, run_id: str, tags: dict[str, str]) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from platform.errors import UserError
 from platform.redaction import redact
+from platform.tracking.health import server_down
 from platform.tracking.relay import RelayClient, find_relay
 
 if TYPE_CHECKING:
@@ -116,30 +117,16 @@ def log_missing_metrics(mlflow_client, run_id: str, key: str, history: list[dict
     return [int(metrics[key]) for metrics in missing]
 
 
-def _unreachable(url: str, timeout: float) -> str | None:
-    """Why nothing usable answers at ``url`` (None if something does)."""
-    import ssl
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - the user's own tracking server
-            return None
-    except urllib.error.HTTPError as error:  # a server answered: fine unless it is failing (5xx)
-        return f"HTTP {error.code} {error.reason}" if error.code >= 500 else None
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        if isinstance(reason, ssl.SSLError):
-            return None  # TLS settings are MLflow's business (MLFLOW_TRACKING_SERVER_CERT_PATH, ...)
-        return str(reason)
-
-
-def server_down(tracking_uri: str, timeout: float = 5.0) -> str | None:
-    """Why an HTTP tracking server does not answer its health check (None: it does, or the store
-    is not a server)."""
-    if not tracking_uri.startswith(("http://", "https://")):
-        return None
-    return _unreachable(tracking_uri.rstrip("/") + "/health", timeout)
+def terminate(mlflow_client, run_id: str, message: str | None, only_if_running: bool) -> None:
+    """Close the run FINISHED, or FAILED with ``message`` as its ``error`` tag; with
+    ``only_if_running`` a run that someone else closed already stays as it is."""
+    if only_if_running and mlflow_client.get_run(run_id).info.status != "RUNNING":
+        return
+    if message is not None:
+        mlflow_client.set_tag(run_id, "error", redact(message)[:5000])
+        mlflow_client.set_terminated(run_id, status="FAILED")
+    else:
+        mlflow_client.set_terminated(run_id, status="FINISHED")
 
 
 def store_down(tracking_uri: str) -> str | None:

@@ -190,23 +190,37 @@ def test_train_on_a_node_without_the_heads_files_ships_the_demo_corpus_and_loses
     """The first run ships the user's local demo corpus to the worker node (through the shared
     storage) in the ``ray_cluster.yaml`` layout: the server on the head's loopback with its
     backend store in a real PostgreSQL database, so rank 0 (on the worker node) logs through the
-    relay actor on the head.  The server is SIGKILLed once epoch 1 is logged and restarted 8 s
-    later, while both ranks train: no metric is lost and no rank is held.  A second run reuses
-    both copies."""
+    relay actor on the head.  The server is SIGKILLed once epoch 1 is logged and stays down across
+    the run's end: the command ends without waiting for it (no rank, no driver held), the run's
+    last records and its end kept in the shared storage's spool; restarted, ``report --replay``
+    delivers them: every epoch once, the best checkpoint, the MLflow model and the kept weights in
+    the store, the run FINISHED only then.  A second run reuses both copies."""
     from servers import MlflowOutage
 
     shared, hidden = cluster["shared"], cluster["cluster"]
     (tmp_path / "mlflow").mkdir()
-    with MlflowOutage(tmp_path / "mlflow", seconds=8, backend=postgres.database("outage")) as outage:
+    with MlflowOutage(tmp_path / "mlflow", seconds=None, backend=postgres.database("outage")) as outage:
         result = cli(cluster, "train", "--model", "transformer", "--smoke", "--workers", "2", "--cpus-per-worker", "1",
-                     "--max-epochs", "4", "--set", "max_steps_per_epoch=20", "--address", hidden.address,
-                     "--storage-path", shared / "runs", "--tracking-uri", outage.uri, "--experiment",
+                     "--max-epochs", "4", "--set", "max_steps_per_epoch=20", "--average-last", "2", "--address",
+                     hidden.address, "--storage-path", shared / "runs", "--tracking-uri", outage.uri, "--experiment",
                      outage.EXPERIMENT, "--max-failures", "0", cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-4000:]
+        assert outage.server.process.poll() is not None  # it ended while the server was down: nothing waited
+        assert "is kept in" in result.stdout  # the run's end, after what rank 0 kept there
+        spool = shared / "runs" / "mlflow-spool"
+        (kept,) = [path for path in spool.iterdir() if any(path.glob("*.json"))]
+        outage.restart()
+        replayed = cli(cluster, "report", "--replay", "--storage-path", shared / "runs", "--tracking-uri", outage.uri,
+                       cwd=tmp_path)
+        assert replayed.returncode == 0, replayed.stderr[-4000:]
+        assert "are in the store now" in replayed.stdout and not any(spool.iterdir())
         run = outage.checked_run()  # every epoch once, some measured while the server was down; no rank held
+        assert run.info.run_id == kept.name
         client = MlflowClient(outage.uri)
         assert [m.step for m in client.get_metric_history(run.info.run_id, "dev_bleu")] == [20, 40, 60, 80]
         (output,) = run.outputs.model_outputs
+        assert [a.path for a in client.list_artifacts(run.info.run_id, "best")] == ["best/checkpoint.pt"]
+        assert len(client.list_artifacts(run.info.run_id, "last_checkpoints")) == 2  # the kept weights
     assert "data: copied " in result.stdout and str(shared / "runs" / "datasets") in result.stdout
     assert run.data.tags["node_id"] == hidden.worker != hidden.head  # rank 0 ran (and logged) on the other node
     assert run.data.params["data"] == str(tmp_path / "data" / "demo")  # the user's dataset, not the copy

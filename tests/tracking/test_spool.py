@@ -1,0 +1,75 @@
+"""What a tracking outage keeps from MLflow goes to the runs' spool and reaches a real server once
+it is back (the cluster-wide case, rank 0 on a node without the head's files, a server killed
+across a run's end: tests/launch/test_no_shared_disk.py)."""
+
+import time
+
+from mlflow.tracking import MlflowClient
+from servers import MlflowServer
+
+from platform import report
+from platform.tracking import runs
+from platform.tracking import spool as records
+from platform.tracking.logger import RunLogger
+from platform.tracking.spool import Spool, spool_root
+
+
+def test_records_an_outage_keeps_at_a_runs_end_reach_the_store_in_order_and_the_run_closes_only_then(tmp_path,
+                                                                                                      capsys):
+    """Two runs write through a server killed before their end: their loggers close at once,
+    keeping what the server did not take (metrics, tags, an artifact, a logged model's files) in
+    the spool, as one of them keeps its end.  Restarted, the sweep's way of closing a run
+    (``runs.end_run`` with the spool) and ``report --replay`` deliver everything, once, before
+    the runs are FINISHED; the spool is empty after."""
+    server = MlflowServer(tmp_path / "mlflow")
+    (tmp_path / "mlflow").mkdir()
+    storage = tmp_path / "runs"
+    root = spool_root(str(storage))
+    model_dir = tmp_path / "model"
+    (model_dir / "sub").mkdir(parents=True)
+    (model_dir / "MLmodel").write_text("flavors: {}\n")
+    (model_dir / "sub" / "weights.bin").write_bytes(bytes(range(256)) * 4)
+    server.start()
+    try:
+        ids = [runs.start_run(server.uri, "spool", name, {}, {}, "") for name in ("trial", "closed-by-sweep")]
+        loggers = [RunLogger(server.uri, run_id, spool=root) for run_id in ids]
+        for logger in loggers:
+            logger.metrics({"dev_bleu": 1.0}, step=1)
+            assert logger.drain(60)
+        server.stop()
+        for n, logger in enumerate(loggers):
+            logger.metrics({"dev_bleu": 2.0 + n}, step=2)
+            logger.tag("best_step", "2")
+            logger.text("a hypothesis\n", "dev_hypotheses/best.txt")
+            logger.model(model_dir, 2, {"step": "2"})
+            logger.metrics({"tracking_wait_s": logger.held_s}, step=2)
+            began = time.monotonic()
+            assert logger.close() == []  # kept, not lost
+            assert time.monotonic() - began < 30  # the health check said down: no wait for MLflow's retries
+        assert "record(s) of run" in capsys.readouterr().err
+        Spool(root).put(ids[0], [records.end()])  # the trial's own end, kept after its records
+        assert sorted(Spool(root).run_ids()) == sorted(ids)
+        server.start()
+        client = MlflowClient(server.uri)
+        assert {client.get_run(run_id).info.status for run_id in ids} == {"RUNNING"}  # not before its records
+        runs.end_run(server.uri, ids[1], spool=root)  # how the sweep closes a trial's run: its records first
+        assert len(client.get_metric_history(ids[1], "dev_bleu")) == 2 and Spool(root).run_ids() == [ids[0]]
+        assert report.main(["--replay", "--storage-path", str(storage), "--tracking-uri", server.uri]) == 0
+        assert "are in the store now" in capsys.readouterr().out
+        for n, run_id in enumerate(ids):
+            run = client.get_run(run_id)
+            assert run.info.status == "FINISHED"
+            assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [(1, 1.0),
+                                                                                                 (2, 2.0 + n)]
+            assert run.data.tags["best_step"] == "2" and "tracking_wait_s" in run.data.metrics
+            assert [a.path for a in client.list_artifacts(run_id, "dev_hypotheses")] == ["dev_hypotheses/best.txt"]
+            (output,) = run.outputs.model_outputs  # one model, its files uploaded
+            assert client.get_logged_model(output.model_id).status.to_int() == 2  # READY
+            (weights,) = [path for path in (tmp_path / "mlflow" / "artifacts").rglob("weights.bin")
+                          if output.model_id in path.parts]
+            assert weights.read_bytes() == bytes(range(256)) * 4
+        assert Spool(root).run_ids() == []
+        assert report.main(["--replay", "--storage-path", str(storage), "--tracking-uri", server.uri]) == 0  # none left
+    finally:
+        if server.process.poll() is None:
+            server.stop()
