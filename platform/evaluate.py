@@ -3,6 +3,7 @@ system's plain-text output against a plain-text reference.
 
     python -m platform.evaluate --run RUN_ID --test corpus/test --src ja --tgt en
     python -m platform.evaluate --checkpoint runs/.../checkpoint.pt --test corpus/test --src ja --tgt en --beam 4
+    python -m platform.evaluate --run RUN_A --run RUN_B --test corpus/test --src ja --tgt en   # an ensemble
     python -m platform.evaluate --hyp system.en --ref test.en [--tgt en | --tokenize 13a] [--compare baseline.en]
 
 The test pairs are encoded with the run's own subword models and settings, decoded with beam
@@ -15,7 +16,9 @@ lines that reproduce the scores; with ``--run`` the metrics and files are also l
 MLflow run (and, with ``--register-model NAME``, its model registered as a new version of NAME,
 tagged with these scores).  ``--average-last N`` evaluates the average of the last N checkpoints' weights instead of
 the best checkpoint (Vaswani et al. average the last 5), as ``test_avgN_bleu``, ... (files under
-``test_avgN/``).
+``test_avgN/``).  ``--run`` (or ``--checkpoint``) repeated scores an ensemble of those models
+(their next-token probabilities averaged at every step, ``models.ensemble``), not logged to any
+run.
 
 With ``--hyp FILE --ref FILE`` (one detokenized sentence per line) no model is involved: the
 ``--metrics`` (sacreBLEU's BLEU with ``--tokenize``, by default the ``--tgt`` language's: ``char``
@@ -87,12 +90,12 @@ def score_model(args) -> int:
         raise UserError("--tokenize goes with --hyp/--ref; a model's scores use its target language's tokenizer")
     if args.register_model is not None:
         check_model_name(args.register_model)
-        if not args.run or args.average_last is not None:
-            raise UserError("--register-model registers the best model of a --run (not a --checkpoint file, nor "
-                            "--average-last weights, which are no logged model)")
+        if not args.run or len(args.run) > 1 or args.average_last is not None:
+            raise UserError("--register-model registers the best model of one --run (not a --checkpoint file, an "
+                            "ensemble, nor --average-last weights, which are no logged model)")
     tracking_uri = resolve_tracking_uri(args.tracking_uri) if args.run else None  # --checkpoint: no MLflow
-    trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint, tracking_uri=tracking_uri, device=args.device,
-                           average_last=args.average_last)
+    trained = Trained.load_all(run_ids=args.run, checkpoints=args.checkpoint, tracking_uri=tracking_uri,
+                               device=args.device, average_last=args.average_last)
     trained.check_languages(args.src, args.tgt)
     kind = "test" if args.average_last is None else f"test_avg{args.average_last}"  # metrics test_avg5_bleu, ...
     result, references = trained.score(args.test, beam=args.beam, alpha=args.lenpen, device=args.device,
@@ -102,10 +105,12 @@ def score_model(args) -> int:
     print(f"signature: {result.signature}", file=sys.stderr)
     print("wrote " + ", ".join(str(f) for f in files), file=sys.stderr)
     print(f"to recompute the scores: cd {files[-1].parent} && sh {files[-1].name}", file=sys.stderr)
-    if args.run:
-        log_test_results(tracking_uri, args.run, result, files, Path(args.test).name, kind)
+    if args.run and len(args.run) == 1:
+        log_test_results(tracking_uri, args.run[0], result, files, Path(args.test).name, kind)
+    elif args.run:
+        print("an ensemble's scores are no run's own: not logged to MLflow", file=sys.stderr)
     if args.register_model:
-        print(register(tracking_uri, args.run, args.register_model, "platform.evaluate").line(), file=sys.stderr)
+        print(register(tracking_uri, args.run[0], args.register_model, "platform.evaluate").line(), file=sys.stderr)
     return 0
 
 

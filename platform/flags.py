@@ -36,10 +36,12 @@ def closest_flags(given: list[str], known: list[str]) -> str:
 def add_model_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """The flags of every command that uses a trained model (``platform.evaluate``,
     ``platform.translate``): which model (``required``: one of ``--run``, ``--checkpoint``), how
-    it decodes, where it runs."""
+    it decodes, where it runs.  Either flag repeated: an ensemble (``models.ensemble``)."""
     which = parser.add_mutually_exclusive_group(required=required)
-    which.add_argument("--run", metavar="RUN_ID", help="an MLflow run of platform.train (its best checkpoint)")
-    which.add_argument("--checkpoint", metavar="PATH", help="a checkpoint.pt file")
+    which.add_argument("--run", metavar="RUN_ID", action="append",
+                       help="an MLflow run of platform.train (its best checkpoint); repeat for an ensemble")
+    which.add_argument("--checkpoint", metavar="PATH", action="append",
+                       help="a checkpoint.pt file; repeat for an ensemble")
     parser.add_argument("--beam", type=int, help="beam size (default: the run's recipe's decoding; 1 = greedy)")
     parser.add_argument("--lenpen", type=float,
                         help="length penalty α of Wu et al. (default: the run's recipe's; 0 = none)")

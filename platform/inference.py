@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from models import MODELS
+from models.ensemble import Ensemble
 from models.inputs import Source
 from models.search import beam_search, best_hypotheses
 from platform import atomic
@@ -84,6 +85,7 @@ class Trained:
     src_lang: str
     tgt_lang: str
     src_segmenter: dict | str = "pre-segmented"  # how the training data's source was segmented (data.parsing)
+    reads_trees: bool | None = None  # an ensemble's: whether any member reads source trees
 
     @classmethod
     def load(cls, *, run_id: str | None = None, checkpoint: str | Path | None = None, tracking_uri: str | None = None,
@@ -128,8 +130,45 @@ class Trained:
         return cls(model, config, prepare, subwords["src"], subwords["tgt"], meta["src_lang"], meta["tgt_lang"],
                    meta.get("segmentation", {}).get("src", PRE_SEGMENTED))
 
+    @classmethod
+    def load_all(cls, *, run_ids: list[str] | None = None, checkpoints: list[str] | None = None,
+                 tracking_uri: str | None = None, device: str = "cpu", average_last: int | None = None) -> Trained:
+        """``load`` for one run or checkpoint; for several, an ensemble (``models.ensemble``) that
+        decodes and scores as one model, with the first's decoding and settings.  Its members
+        must have been trained on the same data preparation (the same languages, subword models
+        and settings); each may be any architecture."""
+        given = [(run, None) for run in run_ids or []] + [(None, path) for path in checkpoints or []]
+        if len(given) <= 1:
+            run_id, checkpoint = given[0] if given else (None, None)
+            return cls.load(run_id=run_id, checkpoint=checkpoint, tracking_uri=tracking_uri, device=device,
+                            average_last=average_last)
+        if average_last is not None:
+            raise UserError("--average-last averages one run's checkpoints: give one --run or --checkpoint with it")
+        members = [cls.load(run_id=run_id, checkpoint=checkpoint, tracking_uri=tracking_uri, device=device)
+                   for run_id, checkpoint in given]
+        for (run_id, checkpoint), member in zip(given[1:], members[1:]):
+            if (reason := members[0].incompatible(member)) is not None:
+                name = f"MLflow run {run_id}" if run_id else str(checkpoint)
+                raise UserError(f"{name} cannot join an ensemble with {given[0][0] or given[0][1]}: {reason}")
+        return dataclasses.replace(members[0], model=Ensemble([member.model for member in members]),
+                                   reads_trees=any(member.needs_trees for member in members))
+
+    def incompatible(self, other: Trained) -> str | None:
+        """Why ``other`` cannot decode together with this model (None: it can)."""
+        if (other.src_lang, other.tgt_lang) != (self.src_lang, self.tgt_lang):
+            return f"it translates {other.src_lang}->{other.tgt_lang}, not {self.src_lang}->{self.tgt_lang}"
+        for side, mine, theirs in (("source", self.src_model, other.src_model),
+                                   ("target", self.tgt_model, other.tgt_model)):
+            if mine.processor.serialized_model_proto() != theirs.processor.serialized_model_proto():
+                return f"its {side} vocabulary (subword model) differs: it was trained on other prepared data"
+        if other.prepare != self.prepare:
+            return "its data was prepared with other settings"
+        return None
+
     @property
     def needs_trees(self) -> bool:
+        if self.reads_trees is not None:  # an ensemble: any member that reads trees
+            return self.reads_trees
         return MODELS[self.config.model.name].source_syntax is not None
 
     def check_languages(self, src: str, tgt: str | None = None) -> None:

@@ -2,6 +2,7 @@
 
     python -m platform.translate --run RUN_ID < source.txt > hypotheses.txt
     python -m platform.translate --checkpoint best.pt --conllu < source.conllu > hypotheses.txt
+    python -m platform.translate --run RUN_A --run RUN_B < source.txt    # an ensemble (models.ensemble)
 
 Plain input is one sentence per line of raw text, segmented as the training data's source was
 (``Trained.sentences_from_texts``: the recorded ``platform.parse`` pipeline, e.g. GiNZA for
@@ -179,9 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from platform.tracking.store import resolve_tracking_uri
 
     args = build_parser().parse_args(argv)
-    trained = Trained.load(run_id=args.run, checkpoint=args.checkpoint,
-                           tracking_uri=resolve_tracking_uri(args.tracking_uri) if args.run else None,
-                           device=args.device, average_last=args.average_last)  # a --checkpoint needs no MLflow
+    trained = Trained.load_all(run_ids=args.run, checkpoints=args.checkpoint,
+                               tracking_uri=resolve_tracking_uri(args.tracking_uri) if args.run else None,
+                               device=args.device, average_last=args.average_last)  # a --checkpoint needs no MLflow
     if trained.needs_trees and not args.conllu and not segments(trained, args):
         why = ("with --pre-segmented" if args.pre_segmented
                else "and its data recorded no segmenter to parse plain text with")

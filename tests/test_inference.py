@@ -131,6 +131,53 @@ def test_average_last_evaluates_the_mean_of_the_last_update_checkpoints(counted_
     assert len(refused.stderr.strip().splitlines()) == 1 and not list(tmp_path.glob("refused*"))
 
 
+@pytest.fixture(scope="module")
+def tanaka_pair(tanaka_dataset, tmp_path_factory):
+    """Two small Transformers trained 40 updates each on the real Tanaka data, seeds 1 and 2."""
+    checkpoints = []
+    for seed in (1, 2):
+        directory = tmp_path_factory.mktemp(f"tanaka-{seed}")
+        model = {"name": "transformer", "d_model": 32, "d_ff": 64, "num_heads": 2, "num_encoder_layers": 1,
+                 "num_decoder_layers": 1}
+        config = load_train_config({"model": model, "seed": seed, "max_epochs": 1, "max_steps_per_epoch": 40,
+                                    "batching": {"max_tokens": 1024}, "eval": {"max_sentences": 4}})
+        fit(config, Dataset.open(tanaka_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+        checkpoints.append(directory / "best.pt")
+    return checkpoints
+
+
+def test_an_ensemble_of_two_runs_decodes_as_one_and_scores_otherwise_than_either(tanaka_pair, tanaka,
+                                                                                 tree2seq_checkpoint, tmp_path, cli):
+    """``evaluate --checkpoint A --checkpoint B`` on the Tanaka test set: the two models' next-token
+    probabilities averaged at every step (models/ensemble.py) give other translations and scores
+    than either model; an ensemble of one member scores as that member; a model trained on other
+    data (another vocabulary) is refused in one line naming it."""
+    def scores(*checkpoints, out):
+        flags = [flag for path in checkpoints for flag in ("--checkpoint", str(path))]
+        result = cli("platform.evaluate", *flags, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
+                     "--beam", "2", "--out", tmp_path / out)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return json.loads(result.stdout), (tmp_path / f"{out}.hyp").read_text()
+
+    first, second = (scores(path, out=f"member{n}") for n, path in enumerate(tanaka_pair))
+    both = scores(*tanaka_pair, out="ensemble")
+    assert both[1] != first[1] and both[1] != second[1]  # other translations
+    assert both[0]["test_bleu"] not in (first[0]["test_bleu"], second[0]["test_bleu"])
+    assert both[0]["test_loss"] not in (first[0]["test_loss"], second[0]["test_loss"])
+    from platform.inference import Trained
+
+    alone = Trained.load_all(checkpoints=[tanaka_pair[0]])  # one: the model itself, no ensemble around it
+    assert type(alone.model).__name__ != "Ensemble"
+    refused = cli("platform.evaluate", "--checkpoint", tanaka_pair[0], "--checkpoint", tree2seq_checkpoint, "--test",
+                  tanaka / "test", "--src", "ja", "--tgt", "en", "--out", tmp_path / "refused")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert f"{tree2seq_checkpoint} cannot join an ensemble with {tanaka_pair[0]}" in refused.stderr
+    assert not list(tmp_path.glob("refused*"))
+    translated = cli("platform.translate", "--checkpoint", tanaka_pair[0], "--checkpoint", tanaka_pair[1],
+                     "--beam", "2", stdin="私 は 学生 です 。\n")
+    assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
+
+
 def test_a_checkpoint_loads_for_another_device_with_its_state_on_the_cpu(tree2seq_checkpoint):
     """On a GPU, ``--device cuda`` once mapped the whole checkpoint there and failed reading its
     subword models (numpy of a CUDA tensor).  ``meta`` stands in for that other device here:
