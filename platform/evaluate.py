@@ -16,9 +16,18 @@ lines that reproduce the scores; with ``--run`` the metrics and files are also l
 MLflow run (and, with ``--register-model NAME``, its model registered as a new version of NAME,
 tagged with these scores).  ``--average-last N`` evaluates the average of the last N checkpoints' weights instead of
 the best checkpoint (Vaswani et al. average the last 5), as ``test_avgN_bleu``, ... (files under
-``test_avgN/``).  ``--run`` (or ``--checkpoint``) repeated scores an ensemble of those models
-(their next-token probabilities averaged at every step, ``models.ensemble``), not logged to any
-run.
+``test_avgN/``).  ``--metrics`` adds chrF++ (``test_chrfpp``) and TER (``test_ter``), with their
+sacrebleu lines in ``OUT.sacrebleu.sh``.
+
+    python -m platform.evaluate --run RUN_ID --test-text test.ja --ref test.en [--ref test2.en] --metrics bleu,chrf,ter
+
+``--test-text SRC_FILE`` takes a plain-text test set instead: each line segmented (and parsed,
+for a tree model) as the training data's source was, translated, and scored with sacreBLEU
+against the ``--ref`` files (one or several), BLEU with the target language's tokenizer;
+``OUT.hyp`` and ``OUT.sacrebleu.sh`` are written, and with ``--run`` the scores logged.
+
+``--run`` (or ``--checkpoint``) repeated scores an ensemble of those models (their next-token
+probabilities averaged at every step, ``models.ensemble``), not logged to any run.
 
 With ``--hyp FILE --ref FILE`` (one detokenized sentence per line) no model is involved: the
 ``--metrics`` (sacreBLEU's BLEU with ``--tokenize``, by default the ``--tgt`` language's: ``char``
@@ -47,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser, required=False)
     parser.add_argument("--test", metavar="PREFIX", help="PREFIX.SRC.conllu[.gz] and PREFIX.TGT.conllu[.gz]")
+    parser.add_argument("--test-text", metavar="SRC_FILE",
+                        help="a plain-text test source, one sentence per line (segmented, and parsed for a tree "
+                             "model, as the training data's source was), scored against --ref")
     parser.add_argument("--src", help="source language suffix")
     parser.add_argument("--tgt", help="target language suffix (with --hyp: chooses the default --tokenize)")
     parser.add_argument("--out", metavar="PREFIX",
@@ -55,13 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--register-model", metavar="NAME",
                         help="with --run: register its best model as a new version of NAME in MLflow's model "
                              "registry, tagged with these test scores, with the alias 'champion'")
+    parser.add_argument("--ref", metavar="FILE", action="append",
+                        help="with --hyp or --test-text: the references, line by line; repeat it for several "
+                             "references of each line")
+    parser.add_argument("--metrics", default=",".join(scoring.DEFAULT_METRICS), type=scoring.parse_metrics,
+                        metavar="LIST", help="which of bleu, chrf, chrf++, ter (sacreBLEU's), comma-separated "
+                                             "(default: bleu,chrf; a model's --test scores also test_bleu_tok)")
     plain = parser.add_argument_group("plain text (no model)")
     plain.add_argument("--hyp", metavar="FILE", help="a system's translations, one detokenized sentence per line")
-    plain.add_argument("--ref", metavar="FILE", action="append",
-                       help="the references, line by line; repeat it for several references of each line")
-    plain.add_argument("--metrics", default=",".join(scoring.DEFAULT_METRICS), type=scoring.parse_metrics,
-                       metavar="LIST", help="which of bleu, chrf, chrf++, ter (sacreBLEU's), comma-separated "
-                                            "(default: bleu,chrf)")
     plain.add_argument("--compare", metavar="BASELINE",
                        help="another system's translations: paired tests of --hyp against it")
     plain.add_argument("--tokenize", choices=scoring.TOKENIZERS,
@@ -71,17 +84,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.hyp or args.ref or args.compare:
+    if args.hyp or args.compare or (args.ref and not args.test_text):
         return score_files(args)
-    missing = [flag for flag, value in (("--run or --checkpoint", args.run or args.checkpoint), ("--test", args.test),
-                                        ("--src", args.src), ("--tgt", args.tgt)) if not value]
+    if args.ref and args.test:
+        raise UserError("--ref goes with --hyp or --test-text; a --test set's references are its target CoNLL-U")
+    if args.test and args.test_text:
+        raise UserError("--test (CoNLL-U pairs) and --test-text (plain text with --ref): give one")
+    if args.test_text:
+        needed = (("--run or --checkpoint", args.run or args.checkpoint), ("--ref", args.ref))
+    else:
+        needed = (("--run or --checkpoint", args.run or args.checkpoint), ("--test or --test-text", args.test),
+                  ("--src", args.src), ("--tgt", args.tgt))
+    missing = [flag for flag, value in needed if not value]
     if missing:
         raise UserError(f"give {', '.join(missing)} (or --hyp and --ref to score plain text)")
     return score_model(args)
 
 
 def score_model(args) -> int:
-    from platform.inference import Trained, write_outputs
+    from platform.inference import Trained, write_outputs, write_text_outputs
     from platform.tracking.registry import check_model_name, register
     from platform.tracking.run_files import log_test_results
     from platform.tracking.store import resolve_tracking_uri
@@ -96,17 +117,25 @@ def score_model(args) -> int:
     tracking_uri = resolve_tracking_uri(args.tracking_uri) if args.run else None  # --checkpoint: no MLflow
     trained = Trained.load_all(run_ids=args.run, checkpoints=args.checkpoint, tracking_uri=tracking_uri,
                                device=args.device, average_last=args.average_last)
-    trained.check_languages(args.src, args.tgt)
+    if args.src:
+        trained.check_languages(args.src, args.tgt)
     kind = "test" if args.average_last is None else f"test_avg{args.average_last}"  # metrics test_avg5_bleu, ...
-    result, references = trained.score(args.test, beam=args.beam, alpha=args.lenpen, device=args.device,
-                                       metric_prefix=kind)
-    files = write_outputs(Path(args.out or Path(args.test).name), result.hypotheses, references, trained.tgt_lang)
+    test = args.test or args.test_text
+    out = Path(args.out or Path(test).name)
+    if args.test_text:
+        result = trained.score_text(args.test_text, args.ref, args.metrics, beam=args.beam, alpha=args.lenpen,
+                                    device=args.device, metric_prefix=kind)
+        files = write_text_outputs(out, result, args.test_text, args.ref, trained.tgt_lang, args.metrics)
+    else:
+        result, references = trained.score(args.test, beam=args.beam, alpha=args.lenpen, device=args.device,
+                                           metric_prefix=kind, metrics=args.metrics)
+        files = write_outputs(out, result.hypotheses, references, trained.tgt_lang, args.metrics)
     print(json.dumps({k: round(v, 4) for k, v in result.metrics.items()}, indent=1))
     print(f"signature: {result.signature}", file=sys.stderr)
     print("wrote " + ", ".join(str(f) for f in files), file=sys.stderr)
     print(f"to recompute the scores: cd {files[-1].parent} && sh {files[-1].name}", file=sys.stderr)
     if args.run and len(args.run) == 1:
-        log_test_results(tracking_uri, args.run[0], result, files, Path(args.test).name, kind)
+        log_test_results(tracking_uri, args.run[0], result, files, Path(test).name, kind)
     elif args.run:
         print("an ensemble's scores are no run's own: not logged to MLflow", file=sys.stderr)
     if args.register_model:
@@ -118,8 +147,8 @@ def score_files(args) -> int:
     """``--hyp``/``--ref`` (and ``--compare``): plain text scored, nothing of a model read."""
     if not (args.hyp and args.ref):
         raise UserError("--hyp and --ref go together (plain-text hypotheses and references, line by line)")
-    given = [flag for flag, value in (("--run", args.run), ("--checkpoint", args.checkpoint), ("--test", args.test))
-             if value]
+    given = [flag for flag, value in (("--run", args.run), ("--checkpoint", args.checkpoint), ("--test", args.test),
+                                      ("--test-text", args.test_text)) if value]
     if given:
         raise UserError(f"{', '.join(given)} scores a model; --hyp/--ref score plain text: give one or the other")
     if args.compare and len(args.ref) > 1:

@@ -8,6 +8,7 @@ use it; its flags are ``platform.flags.add_model_arguments``, a run's files in M
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from platform.data.parsing import PRE_SEGMENTED
 from platform.data.sources import source_sentences
 from platform.data.subwords import SubwordModel
 from platform.errors import UserError
+from platform.scoring import DEFAULT_METRICS, METRIC_KEYS, default_tokenizer, read_references, score_metrics
+from platform.scoring import sacrebleu_commands as scoring_commands
 from platform.tracking.run_files import fetch_checkpoint, fetch_kept
 from platform.training.averaging import LAST, LEGACY_LAST, average, kept_files, kept_weights
 from platform.training.checkpoint import (
@@ -188,14 +191,16 @@ class Trained:
                                    alpha=decode.alpha if alpha is None else alpha)
 
     def score(self, prefix: str, beam: int | None = None, alpha: float | None = None, device: str = "cpu",
-              metric_prefix: str = "test") -> tuple[Evaluation, list[str]]:
+              metric_prefix: str = "test", metrics: tuple[str, ...] = DEFAULT_METRICS) -> tuple[Evaluation, list[str]]:
         """Decode (``decoding``) and score a CoNLL-U pair set: test_bleu, test_chrf, test_bleu_tok,
-        parse UAS (``metric_prefix`` instead of ``test``); returns the evaluation and the
-        (tokenized) references."""
-        return self.score_examples(self.encode_pairs(prefix), beam, alpha, device, metric_prefix)
+        parse UAS (``metric_prefix`` instead of ``test``), and chrF++ (``test_chrfpp``) and TER
+        (``test_ter``) where ``metrics`` names them; returns the evaluation and the (tokenized)
+        references."""
+        return self.score_examples(self.encode_pairs(prefix), beam, alpha, device, metric_prefix, metrics)
 
     def score_examples(self, examples: ParquetExamples, beam: int | None = None, alpha: float | None = None,
-                       device: str = "cpu", metric_prefix: str = "test") -> tuple[Evaluation, list[str]]:
+                       device: str = "cpu", metric_prefix: str = "test",
+                       metrics: tuple[str, ...] = DEFAULT_METRICS) -> tuple[Evaluation, list[str]]:
         """``score`` of encoded examples (a prepared dataset's test split, for one)."""
         decode = self.decoding(beam, alpha)
         config = dataclasses.replace(self.config, eval=dataclasses.replace(
@@ -203,7 +208,30 @@ class Trained:
             max_len_b=decode.max_len_b, max_sentences=None))
         result = evaluate(self.model, examples, config, self.tgt_model, self.tgt_lang,
                           Context(device=torch.device(device)), prefix=metric_prefix)
-        return result, list(examples.texts["tgt_text"])
+        references = list(examples.texts["tgt_text"])
+        extra = tuple(name for name in metrics if name not in DEFAULT_METRICS)  # BLEU and chrF: evaluate's own
+        if extra:  # on the detokenized text, as written to OUT.hyp/OUT.ref (write_outputs)
+            detok = detokenizer(self.tgt_lang)
+            scores = score_metrics([detok(h) for h in result.hypotheses], [[detok(r) for r in references]],
+                                   default_tokenizer(self.tgt_lang), extra)
+            result.metrics.update({f"{metric_prefix}_{METRIC_KEYS[name]}": value
+                                   for name, (value, _) in scores.items()})
+        return result, references
+
+    def score_text(self, source: str | Path, references: list[str | Path], metrics: tuple[str, ...] = DEFAULT_METRICS,
+                   beam: int | None = None, alpha: float | None = None, device: str = "cpu",
+                   metric_prefix: str = "test") -> Evaluation:
+        """A plain-text test set: ``source`` (one sentence per line, read as ``sentences_from_texts``
+        says: segmented, and parsed for a tree model, as the training data's source was)
+        translated and scored against ``references`` (one or several files, line by line) with
+        sacreBLEU's ``metrics`` (BLEU with the target language's tokenizer); its hypotheses are
+        detokenized."""
+        texts, refs = read_references(source, references)
+        hypotheses = self.translate_all(self.sentences_from_texts(texts), beam, alpha, device=device)
+        scores = score_metrics(hypotheses, refs, default_tokenizer(self.tgt_lang), metrics)
+        signature = scores["bleu"][1] if "bleu" in scores else next(iter(scores.values()))[1]
+        return Evaluation({f"{metric_prefix}_{METRIC_KEYS[name]}": value for name, (value, _) in scores.items()},
+                          hypotheses, signature)
 
     def source_batch(self, sentences: list[Sentence] | list[list[str]]) -> Source:
         """Sentences with trees (CoNLL-U) or plain word lists → a padded Source."""
@@ -261,10 +289,11 @@ class Trained:
                 for hypotheses in found]
 
 
-def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang: str) -> list[Path]:
+def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang: str,
+                  metrics: tuple[str, ...] = DEFAULT_METRICS) -> list[Path]:
     """``OUT.hyp``/``OUT.ref`` detokenized, ``OUT.tok.hyp``/``OUT.tok.ref`` tokenized, and
     ``OUT.sacrebleu.sh``, the sacrebleu commands that recompute the scores from them (run in
-    the directory of OUT): all five or none."""
+    the directory of OUT; chrF++ and TER where ``metrics`` names them): all five or none."""
     detok = detokenizer(lang)
     names = {kind: out.with_name(f"{out.name}.{kind}") for kind in ("hyp", "ref", "tok.hyp", "tok.ref", "sacrebleu.sh")}
     files = {
@@ -274,6 +303,30 @@ def write_outputs(out: Path, hypotheses: list[str], references: list[str], lang:
         names["tok.ref"]: list(references),
         names["sacrebleu.sh"]: ["# the scores of platform.evaluate, recomputed (run in this directory)",
                                 *sacrebleu_commands(lang, *(names[kind].name
-                                                            for kind in ("hyp", "ref", "tok.hyp", "tok.ref")))],
+                                                            for kind in ("hyp", "ref", "tok.hyp", "tok.ref"))),
+                                *_extra_commands(names["hyp"], names["ref"], lang, metrics)],
     }
     return atomic.write_texts({path: "".join(line + "\n" for line in lines) for path, lines in files.items()})
+
+
+def _extra_commands(hyp: Path, ref: Path, lang: str, metrics: tuple[str, ...]) -> list[str]:
+    """The sacrebleu lines of the ``metrics`` beyond BLEU and chrF (chrF++, TER), on the
+    detokenized files named as in the script's directory."""
+    extra = tuple(name for name in metrics if name not in DEFAULT_METRICS)
+    if not extra:
+        return []
+    lines = scoring_commands(hyp, ref, default_tokenizer(lang), metrics=extra)
+    return [line.replace(shlex.quote(str(hyp.resolve())), shlex.quote(hyp.name))
+            .replace(shlex.quote(str(ref.resolve())), shlex.quote(ref.name)) for line in lines]
+
+
+def write_text_outputs(out: Path, evaluation: Evaluation, source: str | Path, references: list[str | Path],
+                       lang: str, metrics: tuple[str, ...]) -> list[Path]:
+    """``OUT.hyp`` (detokenized translations of a plain-text test set) and ``OUT.sacrebleu.sh``,
+    the sacrebleu commands that recompute ``score_text``'s scores from it and the references."""
+    hyp, script = out.with_name(f"{out.name}.hyp"), out.with_name(f"{out.name}.sacrebleu.sh")
+    commands = scoring_commands(hyp, [Path(r) for r in references], default_tokenizer(lang), metrics=metrics)
+    texts = {hyp: "".join(line + "\n" for line in evaluation.hypotheses),
+             script: "".join(line + "\n" for line in [f"# platform.evaluate --test-text {source}, recomputed",
+                                                        *commands])}
+    return atomic.write_texts(texts)

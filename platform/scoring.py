@@ -73,6 +73,7 @@ def read_references(hypothesis: str | Path, references: list[str | Path]) -> tup
 METRICS = {"bleu": ("BLEU", {}, "bleu"), "chrf": ("CHRF", {}, "chrf"),
            "chrf++": ("CHRF", {"word_order": 2}, "chrf --chrf-word-order 2"), "ter": ("TER", {}, "ter")}
 DEFAULT_METRICS = ("bleu", "chrf")
+METRIC_KEYS = {"bleu": "bleu", "chrf": "chrf", "chrf++": "chrfpp", "ter": "ter"}  # in MLflow names ("+" is refused)
 
 
 def parse_metrics(text: str) -> tuple[str, ...]:

@@ -178,6 +178,38 @@ def test_an_ensemble_of_two_runs_decodes_as_one_and_scores_otherwise_than_either
     assert translated.returncode == 0 and len(translated.stdout.splitlines()) == 1
 
 
+def test_a_plain_text_test_set_is_translated_and_scored_against_several_references_in_one_command(
+        tanaka_pair, tanaka, tmp_path, cli):
+    """``evaluate --checkpoint C --test-text test.ja --ref test.en --ref other.en --metrics ...``:
+    the raw source lines translated (segmented as the training data was: it came segmented) and
+    scored by sacreBLEU against both references; the written script reproduces every score with
+    sacreBLEU's own command line.  ``--metrics`` on a CoNLL-U ``--test`` adds chrF++ and TER."""
+    other = tmp_path / "other.en"  # a second reference: each line's words in reverse order
+    other.write_text("".join(" ".join(reversed(line.split())) + "\n"
+                             for line in (tanaka / "test.en").read_text().splitlines()))
+    result = cli("platform.evaluate", "--checkpoint", tanaka_pair[0], "--test-text", tanaka / "test.ja", "--ref",
+                 tanaka / "test.en", "--ref", other, "--metrics", "bleu,chrf++,ter", "--beam", "2", "--out",
+                 tmp_path / "text")
+    assert result.returncode == 0, result.stderr[-2000:]
+    scores = json.loads(result.stdout)
+    assert set(scores) == {"test_bleu", "test_chrfpp", "test_ter"}
+    assert len((tmp_path / "text.hyp").read_text().splitlines()) == 500
+    assert sacrebleu_scores(tmp_path / "text.sacrebleu.sh") == pytest.approx(
+        [scores["test_bleu"], scores["test_ter"], scores["test_chrfpp"]], abs=1e-3)
+    single = cli("platform.evaluate", "--checkpoint", tanaka_pair[0], "--test-text", tanaka / "test.ja", "--ref",
+                 tanaka / "test.en", "--metrics", "ter", "--beam", "2", "--out", tmp_path / "single")
+    assert json.loads(single.stdout)["test_ter"] > scores["test_ter"]  # the second reference counted: fewer edits
+    conllu = cli("platform.evaluate", "--checkpoint", tanaka_pair[0], "--test", tanaka / "test", "--src", "ja",
+                 "--tgt", "en", "--metrics", "bleu,chrf,ter", "--beam", "2", "--out", tmp_path / "conllu")
+    assert conllu.returncode == 0, conllu.stderr[-2000:]
+    assert {"test_bleu", "test_chrf", "test_bleu_tok", "test_ter"} <= set(json.loads(conllu.stdout))
+    short = tmp_path / "short.en"
+    short.write_text("one line\n")
+    refused = cli("platform.evaluate", "--checkpoint", tanaka_pair[0], "--test-text", tanaka / "test.ja", "--ref",
+                  short, "--out", tmp_path / "refused")
+    assert refused.returncode == 2 and "has 500 lines but" in refused.stderr and not list(tmp_path.glob("refused*"))
+
+
 def test_a_checkpoint_loads_for_another_device_with_its_state_on_the_cpu(tree2seq_checkpoint):
     """On a GPU, ``--device cuda`` once mapped the whole checkpoint there and failed reading its
     subword models (numpy of a CUDA tensor).  ``meta`` stands in for that other device here:

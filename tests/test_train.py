@@ -255,7 +255,7 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     out = tmp_path / "tanaka-test"
     result = run_in_process(evaluate.main, ["--run", run_id, "--test", tanaka / "test", "--src", "ja", "--tgt", "en",
                                             "--beam", "2", "--tracking-uri", uri, "--out", out, "--register-model",
-                                            "nmt-tanaka"], capsys)
+                                            "nmt-tanaka", "--metrics", "bleu,chrf,chrf++,ter"], capsys)
     assert result.returncode == 0, result.stderr[-3000:]
     hyps = (tmp_path / "tanaka-test.hyp").read_text().splitlines()
     refs = (tmp_path / "tanaka-test.ref").read_text().splitlines()
@@ -270,10 +270,11 @@ def test_evaluate_on_tanaka_agrees_with_sacrebleu_on_the_written_files(ray_clust
     version = client.get_model_version_by_alias("nmt-tanaka", "champion")
     assert version.run_id == run_id and version.tags["registered_by"] == "platform.evaluate"
     assert version.tags["metric.test_bleu"] == f"{logged:.6g}" and "registered model 'nmt-tanaka'" in result.stderr
-    # the written sacrebleu commands reproduce all three scores
+    # the written sacrebleu commands reproduce all five scores (chrF++ and TER asked for with --metrics)
     metrics = runs[0].data.metrics
     assert sacrebleu_scores(tmp_path / "tanaka-test.sacrebleu.sh") == pytest.approx(
-        [metrics["test_bleu"], metrics["test_chrf"], metrics["test_bleu_tok"]], abs=1e-3)
+        [metrics["test_bleu"], metrics["test_chrf"], metrics["test_bleu_tok"], metrics["test_chrfpp"],
+         metrics["test_ter"]], abs=1e-3)
     assert "test_chrf" in runs[0].data.metrics and "test_bleu_tok" in runs[0].data.metrics
     translated = run_in_process(translate.main, ["--run", run_id, "--tracking-uri", uri, "--beam", "2"], capsys,
                                 monkeypatch, stdin="私 は 学生 です 。\n猫 が 好き 。\n")

@@ -31,6 +31,7 @@ from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orp
 from platform.launch.continuation import experiment_name, under
 from platform.launch.driver import run
 from platform.launch.spaces import RECIPE_KNOB
+from platform.scoring import METRICS
 from platform.tracking import runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs
@@ -117,15 +118,17 @@ def confirm_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
 
 def score_on_test(job, run_id: str) -> dict[str, float]:
     """Decode the dataset's test split with the run's best checkpoint (its recipe's decoding)
-    and log the metrics and output files to the run, as ``platform.evaluate --run`` does."""
+    and log the metrics (every one of ``scoring.METRICS``) and output files to the run, as
+    ``platform.evaluate --run --metrics bleu,chrf,chrf++,ter`` does."""
     from platform.data.dataset import read_examples
     from platform.inference import Trained, write_outputs
     from platform.tracking.run_files import log_test_results
 
     trained = Trained.load(run_id=run_id, tracking_uri=job.tracking_uri)
-    result, references = trained.score_examples(read_examples(job.dataset.location, "test"))
+    every = tuple(METRICS)  # BLEU, chrF, chrF++ and TER: test_chrfpp, test_ter beside test_bleu, test_chrf
+    result, references = trained.score_examples(read_examples(job.dataset.location, "test"), metrics=every)
     with tempfile.TemporaryDirectory(prefix="nmt-confirm-") as scratch:
-        files = write_outputs(Path(scratch) / "test", result.hypotheses, references, trained.tgt_lang)
+        files = write_outputs(Path(scratch) / "test", result.hypotheses, references, trained.tgt_lang, every)
         log_test_results(job.tracking_uri, run_id, result, files, "test")
     return result.metrics
 
