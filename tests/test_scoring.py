@@ -80,7 +80,8 @@ def test_chrf_plus_plus_and_ter_against_two_references_are_sacrebleus_own(files,
                 for name, metric, text in (("bleu", "BLEU", plain), ("chrf", "chrF2", plain),
                                            ("ter", "TER", plain), ("chrf++", r"chrF2\+\+", plus))}
     assert {name: mine[name] for name in expected} == pytest.approx(expected, abs=1e-4)
-    one = evaluate_json(run_in_process(evaluate.main, ["--hyp", hyp, "--ref", ref, "--tgt", "en"], capsys).stdout)
+    one = evaluate_json(run_in_process(evaluate.main, ["--hyp", hyp, "--ref", ref, "--tgt", "en", "--out",
+                                                       tmp_path / "one"], capsys).stdout)
     assert mine["bleu"] > one["bleu"] and set(one) == {"bleu", "chrf", "sentences", "references"}  # the default pair
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
     script = subprocess.run(["sh", str(tmp_path / "multi.sacrebleu.sh")], capture_output=True, text=True,
