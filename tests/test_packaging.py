@@ -13,6 +13,7 @@ from helpers import ROOT
 from packaging.requirements import Requirement
 
 PACKAGES = ("platform", "models", "search_spaces")
+MODULES = ("nmt.py",)  # top-level modules: the nmt console script's
 # what a fresh clone does not have (.gitignore): run-time output, environments, build output
 NOT_IN_A_CLONE = {"build", "dist", "data", "runs", "mlruns", "venv"}
 
@@ -21,6 +22,7 @@ def source_files() -> list[str]:
     """What the wheel must hold: every .py of the packages, every YAML space, by path."""
     files = [path for package in PACKAGES for path in (ROOT / package).rglob("*.py") if "__pycache__" not in path.parts]
     files += (ROOT / "search_spaces").glob("*.yaml")
+    files += [ROOT / name for name in MODULES]
     return sorted(path.relative_to(ROOT).as_posix() for path in files)
 
 
@@ -69,7 +71,7 @@ def test_the_wheel_holds_every_module_the_search_spaces_and_the_licence(tmp_path
     expected = source_files()
     assert len(expected) > 60 and "platform/launch/sweep.py" in expected and "search_spaces/dbsa.yaml" in expected
     assert [name for name in expected if name not in names] == []  # nothing missing
-    assert {name.split("/")[0] for name in names} == {*PACKAGES, dist_info}  # and nothing else
+    assert {name.split("/")[0] for name in names} == {*PACKAGES, *MODULES, dist_info}  # and nothing else
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
     assert licence == (ROOT / "LICENSE").read_bytes()
     assert "License-Expression: Apache-2.0" in fields and "License-File: LICENSE" in fields

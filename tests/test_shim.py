@@ -36,3 +36,24 @@ def test_platform_works_in_a_ray_worker(ray_cluster):
         return platform.system(), platform.__file__.endswith("platform/__init__.py"), platform.config.__name__
 
     assert ray.get(probe.remote()) == ("Linux", True, "platform.config")
+
+
+def test_the_nmt_command_runs_the_commands_from_any_directory(tmp_path):
+    """Outside the checkout ``python -m platform.train`` finds the standard library's module;
+    the installed ``nmt`` console script runs the package's commands from anywhere."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "nmt"  # installed by pip install -e . (README)
+    outside = subprocess.run([sys.executable, "-m", "platform.selfcheck"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=60)
+    assert outside.returncode != 0  # what the command is for
+    probe = subprocess.run([str(script), "selfcheck"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.split() == ["Linux", str(ROOT / "platform" / "__init__.py")]
+    helped = subprocess.run([str(script), "prepare", "--help"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert helped.returncode == 0 and "--subword-head" in helped.stdout
+    wrong = subprocess.run([str(script), "trian"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and wrong.stderr.strip() == "nmt: no command 'trian'; did you mean 'train'?"
