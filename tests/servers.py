@@ -237,18 +237,26 @@ def served_predictions(model: Path | str, scratch: Path, inputs: list[str], para
     ``tracking_uri``) answers over HTTP on 127.0.0.1 for ``inputs``; it runs from a directory
     outside the repository (where ``platform`` is the standard library's until the model loads)
     and is stopped before this returns."""
+    outside = scratch / "elsewhere"
+    outside.mkdir(exist_ok=True)
+    serve = ["mlflow", "models", "serve", "-m", str(model), "--env-manager", "local", "-h", "127.0.0.1", "-p", "0"]
+    return ask_model_server(serve, {"inputs": inputs, "params": params or {}}, outside, scratch / "serve.log",
+                            tracking_uri or f"sqlite:///{scratch}/unused.db")
+
+
+def ask_model_server(serve: list[str], payload: dict, cwd: Path, log_path: Path, tracking_uri: str) -> list[str]:
+    """Run ``serve`` (an ``mlflow models serve ... -p PORT`` command line, given a free port here)
+    from ``cwd`` with this interpreter's MLflow, POST ``payload`` to its ``/invocations`` once it
+    answers ``/ping``, stop it; returns its predictions."""
     import json
     import urllib.request
 
     port = free_port()
-    outside = scratch / "elsewhere"
-    outside.mkdir(exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": tracking_uri or f"sqlite:///{scratch}/unused.db"}
-    log_path = scratch / "serve.log"
+    command = [sys.executable, "-m", *serve]
+    command[command.index("-p") + 1] = str(port)
+    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": tracking_uri}
     with open(log_path, "w") as log:
-        serve = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(model), "--env-manager", "local",
-                 "-h", "127.0.0.1", "-p", str(port)]
-        server = subprocess.Popen(serve, cwd=outside, stdout=log, stderr=subprocess.STDOUT, env=env,
+        server = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
     try:
         def ready():
@@ -260,7 +268,7 @@ def served_predictions(model: Path | str, scratch: Path, inputs: list[str], para
 
         wait_for(ready, 180, "the model server")
         request = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", method="POST",
-                                         data=json.dumps({"inputs": inputs, "params": params or {}}).encode(),
+                                         data=json.dumps(payload).encode(),
                                          headers={"Content-Type": "application/json"})
         answer = json.loads(urllib.request.urlopen(request, timeout=120).read())  # noqa: S310 - the test's server
     finally:

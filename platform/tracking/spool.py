@@ -206,7 +206,8 @@ class Spool:
                 log(f"warning: MLflow refused {record.what} of run {run_id}, not logged: {_one_line(error)}")
             self.remove(run_id, name)
             sent += 1
-        self.root.child(run_id).delete()
+        if not self.root.child(run_id).list_names():  # a writer may be keeping more meanwhile: not theirs to lose
+            self.root.child(run_id).delete()
         return sent
 
     def _read(self, run_id: str, name: str) -> dict[str, Any]:
