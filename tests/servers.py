@@ -254,7 +254,8 @@ def ask_model_server(serve: list[str], payload: dict, cwd: Path, log_path: Path,
     port = free_port()
     command = [sys.executable, "-m", *serve]
     command[command.index("-p") + 1] = str(port)
-    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": tracking_uri}
+    env = {**os.environ, "PYTHONPATH": "", "MLFLOW_TRACKING_URI": tracking_uri,  # its uvicorn: this interpreter's
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                   start_new_session=True)
