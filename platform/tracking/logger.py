@@ -257,11 +257,18 @@ class RunLogger:
         return self._keep_pending()
 
     def _keep_pending(self) -> list[str]:
-        """Move what is still queued to the spool; returns what is neither sent nor kept."""
-        with self._lock:
-            left = list(self.pending)
-            if self.spool is not None:
-                self.pending = []
+        """Move what is still queued to the spool; returns what is neither sent nor kept.  A send
+        under way is waited for a moment (else its record could arrive both now and on replay);
+        one stuck in MLflow's retries is not."""
+        sending = self.spool is not None and self._sending.acquire(timeout=1.0)
+        try:
+            with self._lock:
+                left = list(self.pending)
+                if self.spool is not None:
+                    self.pending = []
+        finally:
+            if sending:
+                self._sending.release()
         if not left or self.spool is None:
             return [record.what for record in left]
         try:
