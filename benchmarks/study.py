@@ -289,7 +289,7 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
     """One paper's rows that ran: scores over seeds and the paired tests against ``baseline`` on
     the seeds both ran, their outputs concatenated in seed order (BLEU with ``tokenizer``: the
     one the runs' own BLEU used)."""
-    from platform.tracking.significance import methods, significance_table
+    from platform.tracking.significance import methods, seed_columns, seed_methods, significance_table
     from platform.tracking.tables import format_table, mean_std
 
     ran = [row for row in rows if by_row.get(row)]
@@ -297,7 +297,7 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
         return f"The baseline {baseline} has not run: no table.\n"
     ran.remove(baseline)
     ran.insert(0, baseline)
-    cells, hypotheses, references = [], [], []
+    cells, hypotheses, references, bleu = [], [], [], []
     for row in ran:
         seeds = sorted(set(by_row[row]) & set(by_row[baseline]), key=int)
         entries = [by_row[row][seed] for seed in seeds]
@@ -308,6 +308,7 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
         def metric(key: str, entries: list[Scored] = entries) -> list[float]:
             return [value for entry in entries if (value := entry.metric(key)) is not None]
 
+        bleu.append(metric("test_bleu"))
         averaged = next((key for entry in entries if entry.kind == "test" for key in sorted(entry.metrics)
                          if key.startswith("test_avg") and key.endswith("_bleu")), None)
         uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k))
@@ -323,12 +324,15 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
     if any(len(refs) != len(references[0]) for refs in references):
         raise SystemExit("the rows ran different seeds than the baseline; run the missing seeds first")
     table = significance_table(cells, hypotheses, references[0], tokenizer)
-    keep = ("row", "seeds", "decoding", "test BLEU", "test chrF", "BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)",
-            "chrF2 p (ar)", "BLEU, last validations averaged", "UAS enc / dec", "params", "train tok/s",
-            "min per run")
+    for row, seed_cells in zip(table, seed_columns(bleu)):  # the primary test: training's variance, over seeds
+        row.update({key: value for key, value in seed_cells.items() if key != "BLEU"})
+    keep = ("row", "seeds", "decoding", "test BLEU", "Δ BLEU (95% CI)", "p (seeds)", "p (Holm)", "test chrF",
+            "BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)", "BLEU, last validations averaged",
+            "UAS enc / dec", "params", "train tok/s", "min per run")
     shown = [{key: row[key] for key in keep} for row in table]
     return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over the seeds (sacrebleu, detokenized). "
-            f"p: each row against {baseline} on the seeds' outputs concatenated ({methods(tokenizer)}).\n")
+            f"Primary, each row against {baseline} {seed_methods()}. Secondary, the test set's variance only: "
+            f"p (bs), p (ar) on the seeds' outputs concatenated ({methods(tokenizer)}).\n")
 
 
 def decoding(row: str) -> str:

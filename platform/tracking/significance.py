@@ -5,17 +5,32 @@ confirmation stage (``launch.confirm``) both write.
 Both tests for BLEU (the tokenizer the runs' own BLEU used) and chrF, every system against the
 first (the baseline) in one test: paired bootstrap resampling (``BOOTSTRAP_SAMPLES``; the mean
 and 95% CI of each system) and approximate randomisation (``RANDOMISATION_TRIALS``), both
-seeded with ``SEED``.  ``methods`` states these in the tables' captions.
+seeded with ``SEED``.  ``methods`` states these in the tables' captions.  They resample test
+sentences: they measure the test set's variance, not training's.
+
+Training's variance is tested at the seed level (``seed_test``, ``seed_columns``): each seed is
+one independent training run, so a row's scores over seeds are its sample, and the difference
+of two rows' means is tested with Welch's t-test (two-sided, unequal variances: a syntax model's
+seeds need not vary as the baseline's do), with its 95 % confidence interval, and the p-values of
+one table (its rows against the same baseline) corrected together with Holm's step-down method.
+Welch rather than an almost-stochastic-order test: with 3 to 5 seeds a row, a mean difference and
+its interval are what a reader compares with the papers' reported gains, and it needs nothing
+beyond scipy.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Iterator
+import statistics
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from platform.tracking.tables import mean_std
 
 BOOTSTRAP_SAMPLES = 1000
 RANDOMISATION_TRIALS = 10000
@@ -101,3 +116,64 @@ def signature_tokenizer(signature: str) -> str:
     """The tokenizer a sacrebleu BLEU ``signature`` names (``tok:``), ``13a`` where it names none."""
     found = re.search(r"tok:([^|]+)", signature)
     return found.group(1) if found else "13a"
+
+
+@dataclass(frozen=True)
+class SeedTest:
+    """One row against the baseline over seeds: the difference of the means, its 95 % confidence
+    interval and Welch's two-sided p (NaN where a side has fewer than 2 seeds)."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+
+
+def seed_test(baseline: Sequence[float], system: Sequence[float]) -> SeedTest:
+    """Welch's t-test of ``system``'s mean against ``baseline``'s (each a score per seed):
+    t = (x̄_s − x̄_b) / √(s_s²/n_s + s_b²/n_b), with the Welch–Satterthwaite degrees of freedom."""
+    from scipy import stats
+
+    difference = statistics.fmean(system) - statistics.fmean(baseline)
+    if len(system) < 2 or len(baseline) < 2:
+        return SeedTest(difference, math.nan, math.nan, math.nan)
+    var_s, var_b = statistics.variance(system) / len(system), statistics.variance(baseline) / len(baseline)
+    se = math.sqrt(var_s + var_b)
+    if se == 0.0:  # identical seeds on both sides: no spread to test against
+        return SeedTest(difference, difference, difference, 1.0 if difference == 0 else 0.0)
+    df = (var_s + var_b) ** 2 / (var_s ** 2 / (len(system) - 1) + var_b ** 2 / (len(baseline) - 1))
+    p_value = float(stats.ttest_ind(system, baseline, equal_var=False).pvalue)
+    margin = float(stats.t.ppf(0.975, df)) * se
+    return SeedTest(difference, difference - margin, difference + margin, p_value)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values (NaN stays NaN, outside the family):
+    the i-th smallest of m is multiplied by m − i + 1, kept monotone, capped at 1."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted, running = [math.nan] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def seed_columns(scores: list[list[float]], metric: str = "BLEU") -> list[dict[str, str]]:
+    """The seed-level cells of a table whose first row is the baseline (``scores``: each row's
+    ``metric`` per seed): mean ± std, the difference to the baseline with its 95 % CI, Welch's p
+    and Holm's p over the table's rows ("–" for the baseline, and where a side has one seed)."""
+    tests = [seed_test(scores[0], row) for row in scores[1:]]
+    adjusted = holm([test.p_value for test in tests])
+    cells = [{metric: mean_std(scores[0]), f"Δ {metric} (95% CI)": "–", "p (seeds)": "–", "p (Holm)": "–"}]
+    for row, test, holm_p in zip(scores[1:], tests, adjusted):
+        interval = "" if math.isnan(test.low) else f" [{test.low:+.2f}, {test.high:+.2f}]"
+        cells.append({metric: mean_std(row), f"Δ {metric} (95% CI)": f"{test.difference:+.2f}{interval}",
+                      "p (seeds)": "–" if math.isnan(test.p_value) else f"{test.p_value:.4f}",
+                      "p (Holm)": "–" if math.isnan(holm_p) else f"{holm_p:.4f}"})
+    return cells
+
+
+def seed_methods(metric: str = "BLEU") -> str:
+    """How ``seed_columns`` tested, for a table's caption."""
+    return (f"over seeds: {metric} mean ± std; Δ: the row's mean minus the baseline's, with Welch's 95% CI; "
+            "p (seeds): Welch's t-test, two-sided; p (Holm): Holm's correction over the table's rows")

@@ -2,7 +2,7 @@
 (a URI is prepared and published, never a local directory named after it), every row gets the
 same budget in updates with its own recipe, the Transformer rows are also scored on averaged
 weights, as Vaswani et al. evaluate, and the table tests each row against the baseline on the
-seeds' outputs concatenated, from what a real MLflow store holds."""
+seeds' outputs concatenated, and over seeds (Welch, Holm), from what a real MLflow store holds."""
 
 import os
 import time
@@ -144,10 +144,13 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     deguchi, omote = rows(text, "Deguchi"), rows(text, "Omote")
     baseline, dbsa = deguchi["deguchi2019/baseline"], deguchi["deguchi2019/enc+dec"]
     assert baseline[1] == dbsa[1] == "2" and baseline[2] == "beam 4, α 0.6"  # seeds, decoding
-    assert baseline[5] == "–" and float(dbsa[5]) < 0.01 and float(dbsa[6]) < 0.01  # BLEU p (bs), p (ar): better
+    assert baseline[8] == "–" and float(dbsa[8]) < 0.01 and float(dbsa[9]) < 0.01  # BLEU p (bs), p (ar): better
+    # over seeds (the primary test): the same outputs each seed, so the gain has no spread: p 0
+    assert baseline[4:7] == ["–", "–", "–"] and dbsa[4].startswith("+") and dbsa[5] == dbsa[6] == "0.0000"
     greedy, deprel = omote["omote2019/baseline (the deguchi2019/baseline runs)"], omote["omote2019/dep+rel"]
     assert greedy[2] == deprel[2] == "greedy" and greedy[3].startswith("100.00")
-    assert float(deprel[5]) < 0.01 and float(deprel[3].split(" ")[0]) < float(greedy[3].split(" ")[0])  # worse
+    assert float(deprel[8]) < 0.01 and float(deprel[3].split(" ")[0]) < float(greedy[3].split(" ")[0])  # worse
+    assert deprel[4].startswith("-")
     assert deprel[3].endswith("± 0.00")  # its two seeds, not the perfect run of another budget
     assert "| 2.50 | 3.50 |" in text  # dev BLEU at updates 250 and 500, mean over seeds 1 and 2
     assert (tmp_path / "img" / "curves.png").stat().st_size > 1000

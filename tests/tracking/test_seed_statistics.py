@@ -1,0 +1,34 @@
+"""Seed-level statistics (platform/tracking/significance.py): Welch's t-test over seeds with its
+confidence interval, and Holm's correction over a table's rows, against values computed by hand."""
+
+import math
+
+import pytest
+
+from platform.tracking.significance import holm, seed_columns, seed_test
+
+
+def test_welch_over_seeds_gives_the_hand_computed_difference_interval_and_p():
+    # x̄ 22.5 and 23.5, s² 0.25 each, n 3: se = √(0.25/3 + 0.25/3) = 0.4082, t = 2.449, df = 4
+    # (Welch–Satterthwaite); t(0.975, 4) = 2.7764, so the CI is 1.0 ± 1.1335; two-sided p = 0.0705
+    test = seed_test([22.0, 22.5, 23.0], [23.0, 23.5, 24.0])
+    assert test.difference == pytest.approx(1.0)
+    assert (test.low, test.high) == pytest.approx((1.0 - 1.1335, 1.0 + 1.1335), abs=1e-3)
+    assert test.p_value == pytest.approx(0.0705, abs=5e-4)
+    assert math.isnan(seed_test([22.0], [23.0, 24.0]).p_value)  # one seed: no variance to test
+
+
+def test_holm_adjusts_the_family_step_down_and_keeps_it_monotone():
+    # sorted 0.01, 0.03, 0.04: × 3, × 2, × 1 = 0.03, 0.06, 0.04 → monotone: 0.03, 0.06, 0.06
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    adjusted = holm([0.02, math.nan])
+    assert adjusted[0] == pytest.approx(0.02) and math.isnan(adjusted[1])  # outside the family
+
+
+def test_the_seed_columns_test_each_row_against_the_first_and_correct_over_the_table():
+    cells = seed_columns([[22.0, 22.5, 23.0], [23.0, 23.5, 24.0], [22.1, 22.4, 22.9], [25.0]])
+    assert cells[0] == {"BLEU": "22.50 ± 0.50", "Δ BLEU (95% CI)": "–", "p (seeds)": "–", "p (Holm)": "–"}
+    assert cells[1]["Δ BLEU (95% CI)"] == "+1.00 [-0.13, +2.13]" and cells[1]["p (seeds)"] == "0.0705"
+    assert float(cells[1]["p (Holm)"]) == pytest.approx(2 * 0.07048, abs=2e-4)  # the smaller of 2 tested: × 2
+    assert cells[3]["p (seeds)"] == "–" and cells[3]["Δ BLEU (95% CI)"] == "+2.50"  # one seed: no interval
