@@ -13,7 +13,7 @@ from typing import Any
 from platform.tracking import spool as records
 from platform.tracking.artifacts import files_of
 from platform.tracking.relay import RelayClient
-from platform.tracking.spool import Record, Spool, refused, run_missing, warn
+from platform.tracking.spool import Record, Spool, one_line, refused, run_missing, warn
 from platform.tracking.store import client, metric_steps, model_steps, on_client, run_tags, server_down
 
 
@@ -154,7 +154,7 @@ class RunLogger:
         reader.join(self.READ_WAIT_S if self.keep_going else None)
         if "value" in box:
             return box["value"]
-        reason = _one_line(box["error"]) if "error" in box else f"no answer in {self.READ_WAIT_S:.0f} s"
+        reason = one_line(box["error"]) if "error" in box else f"no answer in {self.READ_WAIT_S:.0f} s"
         warn(f"could not read {what} of run {self.run_id} ({reason}); taken as unset")
         return None
 
@@ -204,13 +204,13 @@ class RunLogger:
                         raise
                     if run_missing(error):  # every later call would be lost too: never train on silently
                         raise RunLost(f"MLflow run {self.run_id} is not an active run of {self.tracking_uri} "
-                                      f"({_one_line(error)}); stopping rather than training without tracking") from None
+                                      f"({one_line(error)}); stopping rather than training without tracking") from None
                     if refused(error):  # retrying cannot help: say what is lost, keep the rest going
                         self._remove(entry)
-                        warn(f"MLflow refused {what} for run {self.run_id}, not logged: {_one_line(error)}")
+                        warn(f"MLflow refused {what} for run {self.run_id}, not logged: {one_line(error)}")
                         continue
                     self._retry_at, self._outage = time.monotonic() + self.RETRY_AFTER_S, True
-                    warn(f"MLflow unreachable ({_one_line(error)}); {len(self.pending)} call(s) kept "
+                    warn(f"MLflow unreachable ({one_line(error)}); {len(self.pending)} call(s) kept "
                           f"for run {self.run_id}, retried with a later one (first: {what})")
                     return False
                 self._remove(entry)
@@ -275,7 +275,7 @@ class RunLogger:
             self.spool.put(self.run_id, left)
         except Exception as error:  # noqa: BLE001 - said below: the records are lost
             warn(f"could not keep {len(left)} MLflow record(s) of run {self.run_id} in {self.spool}: "
-                 f"{_one_line(error)}")
+                 f"{one_line(error)}")
             return [record.what for record in left]
         warn(f"MLflow unreachable: {len(left)} record(s) of run {self.run_id} kept in {self.spool}; "
              f"they reach MLflow when the run is closed or the next command opens the store "
@@ -332,13 +332,8 @@ class RunLogger:
                 self._fatal = error
                 return
             except Exception as error:  # noqa: BLE001 - never let the thread die silently
-                warn(f"MLflow sender for run {self.run_id}: {_one_line(error)}")
+                warn(f"MLflow sender for run {self.run_id}: {one_line(error)}")
 
 
 class RunLost(RuntimeError):
     """The run being logged to is not in the store (deleted, or another store than the driver's)."""
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return (text[:300] + "...") if len(text) > 300 else (text or type(error).__name__)

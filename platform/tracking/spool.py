@@ -197,13 +197,13 @@ class Spool:
                 apply(mlflow_client, run_id, record)
             except Exception as error:
                 if run_missing(error):
-                    log(f"warning: run {run_id} is not in the store ({_one_line(error)}); its kept records "
+                    log(f"warning: run {run_id} is not in the store ({one_line(error)}); its kept records "
                         f"in {self.root.child(run_id)} are dropped")
                     self.root.child(run_id).delete()
                     return sent
                 if not refused(error):
                     raise
-                log(f"warning: MLflow refused {record.what} of run {run_id}, not logged: {_one_line(error)}")
+                log(f"warning: MLflow refused {record.what} of run {run_id}, not logged: {one_line(error)}")
             self.remove(run_id, name)
             sent += 1
         if not self.root.child(run_id).list_names():  # a writer may be keeping more meanwhile: not theirs to lose
@@ -253,7 +253,8 @@ def _unpack(op: str, data: bytes) -> bytes | dict[str, bytes]:
         return {member.name: tar.extractfile(member).read() for member in tar.getmembers() if member.isfile()}
 
 
-def _one_line(error: BaseException) -> str:
+def one_line(error: BaseException) -> str:
+    """An error as one line of at most 300 characters (for warnings)."""
     text = " ".join(str(error).split())
     return (text[:300] + "...") if len(text) > 300 else (text or type(error).__name__)
 
