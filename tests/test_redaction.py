@@ -272,7 +272,7 @@ def test_the_sweeps_callbacks_that_tune_pickles_hold_no_tracking_password(monkey
 
     uri = f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/mlflow"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    callback = _close_trial_runs_callback(uri, "sweep", "0123abcd", 4)
+    callback = _close_trial_runs_callback(uri, "sweep", "0123abcd", 4, "/tmp/runs/mlflow-spool")
     assert PLANTED.encode() not in ray.cloudpickle.dumps(callback)
     assert tracking_uri_of(held_tracking_uri(uri)) == uri
     assert held_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"

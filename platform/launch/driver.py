@@ -20,10 +20,10 @@ from platform.launch.cluster import start_ray
 from platform.launch.warm_start import WarmStart
 from platform.launch.worker import train_loop_per_worker
 from platform.redaction import redact
-from platform.tracking import runs, store
+from platform.tracking import runs
+from platform.tracking import spool as outage
 from platform.tracking.relay import start_relay
 from platform.tracking.spool import Spool, spool_root
-from platform.tracking.spool import end as spool_end
 from platform.training.config import TrainConfig
 
 
@@ -77,7 +77,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
 
     # a sweep's trial waits through a tracking outage to open its run (platform.train has
     # checked the store before it started: down there is a one-line error)
-    run_id = store.when_up(job.tracking_uri, open_run, f"run {job.run_name}") if parent_run_id else open_run()
+    run_id = outage.when_up(job.tracking_uri, open_run, f"run {job.run_name}") if parent_run_id else open_run()
     try:
         result = _fit_with_ray(config, job, run_id, callbacks or [])
     except Exception as error:  # the run closed FAILED with the reason (kept through an outage), then the error
@@ -100,17 +100,10 @@ def close_run(job: Job, run_id: str, error: BaseException | None = None) -> None
     store is down its end is kept there too, after them, and nothing waits: the next command
     that opens the store (or the sweep that closes the trial) delivers them in order."""
     root = spool_root(job.storage_path)
-    if store.store_down(job.tracking_uri) is None:
-        try:
-            runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True, spool=root)
-            return
-        except Exception:
-            if store.store_down(job.tracking_uri) is None:
-                raise  # not an outage
-    Spool(root).put(run_id, [spool_end(error)])
-    print(f"MLflow at {redact(job.tracking_uri)} does not answer: the end of run {job.run_name} ({run_id}) is kept "
-          f"in {Spool(root)} with its other records; the next command that opens the store delivers them "
-          f"(python -m platform.report --replay)", flush=True)
+    if not outage.close(job.tracking_uri, run_id, outage.end(error), root):
+        print(f"MLflow at {redact(job.tracking_uri)} does not answer: the end of run {job.run_name} ({run_id}) is "
+              f"kept in {Spool(root)} with its other records; the next command that opens the store delivers "
+              f"them (python -m platform.report --replay)", flush=True)
 
 
 class TrainingFailed(UserError):

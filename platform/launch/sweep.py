@@ -25,9 +25,10 @@ from platform.launch.driver import Job, run
 from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.launch.spaces import Space
 from platform.launch.study import kept_url, load_study, open_storage
-from platform.launch.worker import LAST_REPORT
+from platform.launch.worker import LAST_REPORT, RUN_ID
 from platform.redaction import redact
 from platform.tracking import runs, store
+from platform.tracking import spool as outage
 from platform.tracking.spool import replay_all, spool_root
 from platform.training.config import load_train_config
 from platform.training.loop import trial_status
@@ -160,7 +161,7 @@ def tracking_uri_of(held: str | None) -> str:
 
 
 def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id: str, max_iterations: int,
-                               spool: str | None = None):
+                               spool: str):
     import ray.tune
 
     held = held_tracking_uri(tracking_uri)
@@ -168,14 +169,19 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
 
     class CloseTrialRuns(ray.tune.Callback):
         """A trial stopped by ASHA is killed mid-training: its MLflow run is closed here, on the
-        driver, as FINISHED with ``pruned=true`` (never left RUNNING).
+        driver, as FINISHED with ``pruned=true`` (never left RUNNING), before Tune tears the
+        trial down (``spool.closing``: the driver's word is final).  During a tracking outage the
+        closing is kept in the run's spool after the trial's own records (``spool.close``), so
+        Tune's event loop, where the other trials' results, ASHA's decisions and new trials'
+        starts happen, never waits on MLflow; the sweep delivers it once the server is back."""
 
-        The driver's word is final for a trial Tune saw complete: the trial process, torn down
-        after this callback, may fail its own ``end_run`` as its training is interrupted, and
-        that must not turn a pruned trial into a FAILED run (nor leave its error tag).
+        def __init__(self):
+            super().__init__()
+            self.kept: list[str] = []  # the runs whose closing waits in the spool for the server
 
-        ``RunCloser`` closes it at once while the store answers; during a tracking outage its
-        thread waits for the server, not Tune's event loop, and the other trials go on."""
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if self.kept:  # a server back from an outage gets the closings at once, not at the sweep's end
+                self.kept = outage.deliver(tracking_uri_of(held), spool, self.kept)
 
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._close(trial, error=None)
@@ -185,87 +191,35 @@ def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id
 
         def _close(self, trial, error):
             pruned = error is None and trial_status(trial.last_result, max_iterations) == "PRUNED"
-            tracking_uri = tracking_uri_of(held)
-            RunCloser.of(tracking_uri, parent_run_id).close(
-                f"the close of trial {trial.trial_id}'s run",
-                lambda: close_trial_run(tracking_uri, experiment, parent_run_id, trial.trial_id,
-                                        pruned=pruned, error=error, spool=spool))
+            try:
+                kept = close_trial_run(tracking_uri_of(held), experiment, parent_run_id, trial.trial_id,
+                                       (trial.last_result or {}).get(RUN_ID), outage.closing(pruned, error), spool)
+            except Exception as failure:  # noqa: BLE001 - one trial's bookkeeping must not end the others'
+                print(f"warning: the close of trial {trial.trial_id}'s run failed: {redact(str(failure))}",
+                      flush=True)
+                return
+            self.kept += [kept] if kept else []
 
     return CloseTrialRuns()
 
 
-def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, trial_id: str, pruned: bool,
-                    error: str | None, spool: str | None = None) -> None:
-    """What ``CloseTrialRuns`` does for one trial that ended (see there), after what the trial
-    kept in ``spool`` during an outage is in."""
-    run_id = runs.find_run(tracking_uri, experiment, trial_run_tags(parent_run_id, trial_id))
+def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, trial_id: str, run_id: str | None,
+                    record: outage.Record, spool: str) -> str | None:
+    """``record`` (the sweep's closing) sent to the trial's run ``run_id`` (the one its reports
+    name, else found by its tags) after what the trial kept in ``spool``, or kept there while the
+    store is down (returns the run id then).  A trial that never reported, during an outage,
+    closes its run itself (its end is kept in the spool when the store does not answer)."""
     if run_id is None:
-        return
-    client = store.client(tracking_uri)
-    run = client.get_run(run_id)
-    if pruned:
-        client.set_tag(run_id, "pruned", "true")
-    if error is None and run.info.status != "FINISHED":
-        if "error" in run.data.tags:  # written by the interrupted trial process
-            client.delete_tag(run_id, "error")
-        runs.end_run(tracking_uri, run_id, spool=spool)
-    elif run.info.status == "RUNNING":
-        runs.end_run(tracking_uri, run_id, error=error, spool=spool)
-
-
-class RunCloser:
-    """The sweep driver's own MLflow calls, in order.  While the store answers they run at once,
-    in Tune's callback, before Tune tears the trial down (the trial's own closing must find its
-    run closed already).  During an outage they queue for one background thread, each waiting for
-    the server (``store.when_up``), so that Tune's event loop, in which the other trials'
-    results, ASHA's decisions and new trials' starts go on, never waits on MLflow.  One per
-    sweep (its parent run) in the driver's process; ``drain`` waits for what is queued."""
-
-    _ALL: dict[str, RunCloser] = {}
-
-    def __init__(self, tracking_uri: str) -> None:
-        import queue
-        import threading
-
-        self.tracking_uri = tracking_uri
-        self.queue: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self._work, name="mlflow-sweep-closer", daemon=True)
-        self.thread.start()
-
-    @classmethod
-    def of(cls, tracking_uri: str, parent_run_id: str) -> RunCloser:
-        if parent_run_id not in cls._ALL:
-            cls._ALL[parent_run_id] = cls(tracking_uri)
-        return cls._ALL[parent_run_id]
-
-    @classmethod
-    def drain(cls, parent_run_id: str, timeout: float = store.OUTAGE_WAIT_S) -> None:
-        """Wait until every queued call of the sweep is done (at most ``timeout`` seconds)."""
-        closer = cls._ALL.get(parent_run_id)
-        if closer is None:
-            return
-        deadline = time.monotonic() + timeout
-        while closer.queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.2)
-
-    def close(self, what: str, call) -> None:
-        if self.queue.unfinished_tasks == 0 and store.store_down(self.tracking_uri) is None:
-            try:
-                call()
-                return
-            except Exception:  # noqa: BLE001 - the store went down meanwhile: queued, tried again when up
-                pass
-        self.queue.put((what, call))
-
-    def _work(self) -> None:
-        while True:
-            what, call = self.queue.get()
-            try:
-                store.when_up(self.tracking_uri, call, what)
-            except Exception as error:  # noqa: BLE001 - one trial's bookkeeping must not end the others'
-                print(f"warning: {what} failed: {redact(str(error))}", flush=True)
-            finally:
-                self.queue.task_done()
+        if outage.store_down(tracking_uri) is not None:
+            return None
+        run_id = runs.find_run(tracking_uri, experiment, trial_run_tags(parent_run_id, trial_id))
+        if run_id is None:
+            return None
+    if outage.close(tracking_uri, run_id, record, spool):
+        return None
+    print(f"MLflow at {redact(tracking_uri)} does not answer: the close of trial {trial_id}'s run ({run_id}) is "
+          f"kept in {outage.Spool(spool)}; it is delivered once the server answers", flush=True)
+    return run_id
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -295,20 +249,17 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     else:
         tuner = _new_tuner(sweep, trainable, callbacks, verbose)
     before = placement_group_ids()
-    try:
-        results = tuner.fit()
-    except BaseException:
-        RunCloser.drain(sweep.parent_run_id, timeout=60)  # what was queued, if the store answers soon
-        raise
+    results = tuner.fit()
     release_orphaned_groups(before=before)  # what trials stopped mid-start left reserved
-    RunCloser.drain(sweep.parent_run_id)  # the trials' runs closed (after an outage: once the server is back)
-    store.when_up(sweep.tracking_uri, lambda: end_stopped_trials(sweep, results), "the sweep's stopped trials")
-    store.when_up(sweep.tracking_uri, lambda: end_lost_trials(sweep.tracking_uri, sweep.experiment,
-                                                              sweep.parent_run_id, compat.tune_trial_ids(results),
-                                                              sweep.spool),
-                  "the sweep's lost trials")
-    store.when_up(sweep.tracking_uri, lambda: replay_all(str(sweep.job.storage_path), sweep.tracking_uri),
-                  "what the sweep's runs kept during an outage")
+    # what the trials' runs kept during an outage and the sweep's closings of them (once the
+    # server is back), then the runs no trial closed
+    outage.when_up(sweep.tracking_uri, lambda: replay_all(str(sweep.job.storage_path), sweep.tracking_uri),
+                   "what the sweep's runs kept during an outage")
+    outage.when_up(sweep.tracking_uri, lambda: end_stopped_trials(sweep, results), "the sweep's stopped trials")
+    outage.when_up(sweep.tracking_uri, lambda: end_lost_trials(sweep.tracking_uri, sweep.experiment,
+                                                               sweep.parent_run_id, compat.tune_trial_ids(results),
+                                                               sweep.spool),
+                   "the sweep's lost trials")
     earlier = [ray.tune.Tuner.restore(sweep.experiment_path(k), trainable=trainable).get_results()
                for k in range(sweep.extension)]
     sweep.session_trials = len(results)

@@ -25,6 +25,7 @@ from platform.training.step import Diverged
 # in the report after which training ends: a sweep hands that one to Tune only after the
 # trainer's fit has returned (launch.sweep.FinalAfterFit)
 LAST_REPORT = "last_report"
+RUN_ID = "run_id"  # in every report: the MLflow run the sweep closes when Tune ends the trial
 
 
 def assigned_device():
@@ -113,7 +114,7 @@ class RayHooks:
 
     def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str,
                  example_source: str = "a source sentence", kept_at: str = "", spool: str | None = None):
-        self.rank, self.config, self.dataset_dir = rank, config, dataset_dir
+        self.rank, self.config, self.dataset_dir, self.run_id = rank, config, dataset_dir, run_id
         # the kept weights (averaging window, best N) in the run's storage: they outlive a worker
         self.kept = (KeptWeights(locate(kept_at), config.average_last, config.keep_best, config.best_mode)
                      if rank == 0 and kept_at else None)
@@ -189,7 +190,8 @@ class RayHooks:
         upload still under way (the MLflow model) would be cut off."""
         import ray.train
 
-        reported = {**metrics, "num_parameters": self.num_parameters, **({LAST_REPORT: 1.0} if final else {})}
+        reported = {**metrics, "num_parameters": self.num_parameters, RUN_ID: self.run_id,
+                    **({LAST_REPORT: 1.0} if final else {})}
         if self.rank != 0:
             ray.train.report(reported)
             return

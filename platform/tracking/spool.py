@@ -1,20 +1,24 @@
-"""A run's MLflow records: what every writer of a run (rank 0, a node's sampler, the trial that
-opened the run, the sweep that closes it) sends, as plain data, so that what a tracking server
-cannot take is kept on durable storage and delivered when it answers again.
+"""What a tracking outage means to every writer of a run, in one place: whether the store is down
+(``store_down``), waiting for it where nothing can go on without it (``when_up``: a trial opening
+its run, the sweep's own bookkeeping), and keeping what it cannot take on durable storage, to be
+delivered when it answers again (the spool).
 
-A ``Record`` is one write (metrics, a tag, an artifact's bytes, a logged model's files, the run's
-end); ``apply`` sends it.  ``RunLogger`` queues records and sends them from a thread; what is still
-queued when a writer ends during an outage goes to the run's **spool**, beside the runs' Ray
-storage (``<storage_path>/mlflow-spool/<run_id>/``, shared by every node), instead of being
-waited for or lost.  The run's end is a record too: a run is closed (FINISHED or FAILED) only after
-its spooled records are in.  ``Spool.replay`` delivers a run's records in the order they were
-made (its end last); the run's own closing does it, and so does the next command that opens the
-store (``replay_all``: ``platform.train``, ``platform.tune``, ``platform.report --replay``).
+Every write (rank 0, a node's sampler, the trial that opened the run, the sweep that closes it)
+is a ``Record`` of plain data: metrics, a tag, an artifact's bytes, a logged model's files, the
+run's end, the sweep's closing of a trial's run; ``apply`` sends one.  ``RunLogger`` queues
+records and sends them from a thread; what is still queued when a writer ends during an outage
+goes to the run's **spool**, beside the runs' Ray storage (``<storage_path>/mlflow-spool/<run_id>/``,
+shared by every node), instead of being waited for or lost.  A run's end goes through ``close``:
+sent after the records the run kept, or kept after them while the store is down, so a run is
+closed (FINISHED or FAILED) only after its records are in.  ``Spool.replay`` delivers a run's
+records in the order they were made (its ends last, the sweep's closing after them); the run's
+own closing does it, and so does the next command that opens the store (``replay_all``:
+``platform.train``, ``platform.tune`` at its start and end, ``platform.report --replay``).
 
 A record file is written after its data file and removed before it, so a record on disk always
 has its data; a record is removed only once MLflow took it.  Replaying a record twice is
 harmless: metrics are deduplicated by the store, tags and artifacts overwritten, a model keeps the
-id it was created with (``model.log``)."""
+id it was created with (``model.log``), a run's end leaves a closed run as it is."""
 
 from __future__ import annotations
 
@@ -29,13 +33,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from platform.data.storage import Location, locate
+from platform.errors import UserError
 from platform.redaction import redact
 from platform.tracking import model
 from platform.tracking.artifacts import upload_bytes
-from platform.tracking.store import client, log_metrics, log_missing_metrics, on_client, store_down, terminate
+from platform.tracking.health import server_down
+from platform.tracking.relay import RelayClient, find_relay
+from platform.tracking.store import client, log_metrics, log_missing_metrics, on_client, terminate
 
 SPOOL_DIR = "mlflow-spool"
 END = "end"
+CLOSE = "close"  # the sweep's closing of a trial's run: the driver's word, applied after the run's ends
 
 
 @dataclass(eq=False)  # queued records are told apart by identity (two equal tags are two calls)
@@ -84,6 +92,26 @@ def end(error: BaseException | str | None = None) -> Record:
     return Record(END, "the end of the run", {"error": message_of(error)})
 
 
+def closing(pruned: bool, error: str | None) -> Record:
+    """The sweep's closing of a trial's run, which Tune ended: ``pruned`` (tagged so), FAILED
+    with ``error``, else FINISHED.  The driver's word is final for a trial Tune saw complete:
+    the trial process, torn down after it, may have closed its run FAILED as its training was
+    interrupted (its ``error`` tag goes)."""
+    return Record(CLOSE, "the sweep's closing of the run", {"pruned": bool(pruned), "error": error})
+
+
+def close_as_driver(mlflow_client, run_id: str, pruned: bool, error: str | None) -> None:
+    run = mlflow_client.get_run(run_id)
+    if pruned:
+        mlflow_client.set_tag(run_id, "pruned", "true")
+    if error is None and run.info.status != "FINISHED":
+        if "error" in run.data.tags:  # written by the interrupted trial process
+            mlflow_client.delete_tag(run_id, "error")
+        terminate(mlflow_client, run_id, None, False)
+    elif run.info.status == "RUNNING":
+        terminate(mlflow_client, run_id, error, False)
+
+
 def message_of(error: BaseException | str | None) -> str | None:
     """What a run's ``error`` tag says of ``error`` (None: no error)."""
     return None if error is None else (str(error) or type(error).__name__)
@@ -102,6 +130,7 @@ _APPLY: dict[str, Callable[[Any, str, Record], Any]] = {
     "artifact": lambda c, run_id, r: upload_bytes(c, run_id, r.args["name"], r.data, r.args["directory"]),
     "model": lambda c, run_id, r: model.log(c, run_id, r.data, r.args["step"], r.args["params"], r.args["created"]),
     END: _apply_end,
+    CLOSE: lambda c, run_id, r: on_client(c, close_as_driver, run_id, r.args["pruned"], r.args["error"]),
 }
 
 
@@ -165,11 +194,11 @@ class Spool:
                       and any(name.endswith(".json") for name in self.root.child(info.base_name).list_names()))
 
     def names(self, run_id: str) -> list[str]:
-        """The kept records of ``run_id`` in the order to send them: as made, its ends last."""
+        """The kept records of ``run_id`` in the order to send them: as made, its ends last, the
+        sweep's closing after them."""
         kept = sorted(name[:-len(".json")] for name in self.root.child(run_id).list_names() if name.endswith(".json"))
-        loaded = [(name, self._read(run_id, name)) for name in kept]
-        return [name for name, body in loaded if body["op"] != END] + [name for name, body in loaded
-                                                                        if body["op"] == END]
+        last = {END: 1, CLOSE: 2}
+        return sorted(kept, key=lambda name: last.get(self._read(run_id, name)["op"], 0))  # stable: as made
 
     def load(self, run_id: str, name: str) -> Record:
         body = self._read(run_id, name)
@@ -185,7 +214,8 @@ class Spool:
     def replay(self, mlflow_client, run_id: str, ends: bool = True, log: Callable[[str], None] = print) -> int:
         """Send ``run_id``'s kept records, each removed once MLflow took it (one the store refuses
         is named and dropped; all of them if the run is gone from the store); ``ends=False``
-        drops the kept ends instead (the caller closes the run itself).  Returns how many were
+        drops the kept ends instead (the caller closes the run itself; the sweep's closing is
+        sent all the same).  Returns how many were
         sent; an outage on the way raises, and what is left stays kept."""
         sent = 0
         for name in self.names(run_id):
@@ -212,6 +242,91 @@ class Spool:
 
     def _read(self, run_id: str, name: str) -> dict[str, Any]:
         return json.loads(self.root.child(run_id).child(name + ".json").read_bytes())
+
+
+def close(tracking_uri: str, run_id: str, record: Record, root: str) -> bool:
+    """A run's end (``end``) or the sweep's closing of it (``closing``), sent after the records
+    the run kept in the spool ``root``; while the store is down it is kept there after them and
+    nothing waits (False: kept).  A failure that is no outage is raised."""
+    spool = Spool(root)
+    if store_down(tracking_uri) is None:
+        try:
+            mlflow_client = client(tracking_uri)
+            if spool.root.child(run_id).is_dir():
+                spool.replay(mlflow_client, run_id, ends=False)
+            apply(mlflow_client, run_id, record)
+            return True
+        except Exception as error:
+            if store_down(tracking_uri) is None and _relay_died(error) is None:
+                raise  # not an outage
+    spool.put(run_id, [record])
+    return False
+
+
+def store_down(tracking_uri: str) -> str | None:
+    """``server_down`` asked from where the store's calls go: the relay's node where a relay
+    runs for it (a trial on a worker node cannot reach a server on the head's loopback), else
+    here.  A store that is no server is never down."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None
+    relay = find_relay(tracking_uri)
+    if relay is not None:
+        return RelayClient(relay).down()
+    return server_down(tracking_uri)
+
+
+OUTAGE_WAIT_S = 1800.0  # how long a driver-side call waits for a tracking server that is down
+
+
+def when_up(tracking_uri: str, call: Callable[[], Any], what: str, log: Callable[[str], None] = print,
+            timeout: float = OUTAGE_WAIT_S, poll: float = 2.0) -> Any:
+    """``call()`` once the tracking server answers its health check, and again if it fails
+    because the server went down meanwhile (or the relay's process died: Ray starts it again):
+    during an outage the caller (a sweep's trial opening or closing its run, the sweep's own
+    bookkeeping) waits, with one line saying so, instead of failing after MLflow's retries.
+    ``call`` must be safe to repeat.  A store still down after ``timeout`` seconds is a
+    ``UserError``; any other failure is raised as it is."""
+    deadline, said = time.monotonic() + timeout, False
+    while True:
+        reason = store_down(tracking_uri)
+        if reason is None:
+            try:
+                return call()
+            except Exception as error:  # an outage that began during the call is waited out
+                reason = store_down(tracking_uri) or _relay_died(error)
+                if reason is None:
+                    raise
+        if time.monotonic() > deadline:
+            raise UserError(f"the MLflow tracking server at {redact(tracking_uri)} has been down for "
+                            f"{timeout:.0f} s ({reason}); {what} could not be recorded")
+        if not said:
+            log(f"MLflow at {redact(tracking_uri)} does not answer ({reason}): {what} waits for it")
+            said = True
+        time.sleep(poll)
+
+
+def _relay_died(error: BaseException) -> str | None:
+    """Why a call failed if its relay's process died (Ray restarts it), else None."""
+    try:
+        from ray.exceptions import RayActorError
+    except ImportError:
+        return None
+    return "the relay restarted" if isinstance(error, RayActorError) else None
+
+
+def deliver(tracking_uri: str, root: str, run_ids: list[str]) -> list[str]:
+    """Send the kept records of ``run_ids`` (ended runs) in the spool ``root`` if the store
+    answers; returns those still kept (all of them while it is down)."""
+    if store_down(tracking_uri) is not None:
+        return run_ids
+    mlflow_client, spool = client(tracking_uri), Spool(root)
+    for n, run_id in enumerate(run_ids):
+        try:
+            if spool.root.child(run_id).is_dir():
+                spool.replay(mlflow_client, run_id)
+        except Exception:  # noqa: BLE001 - down again: the rest waits for the next try
+            return run_ids[n:]
+    return []
 
 
 def replay_all(storage_path: str, tracking_uri: str, log: Callable[[str], None] = print) -> int:

@@ -1,12 +1,11 @@
-"""The MLflow store (docs/architecture.md): which one (``resolve_tracking_uri``), whether it answers
-(``check_reachable``, ``server_down``), and a client for it (``client``): direct, or a
+"""The MLflow store (docs/architecture.md): which one (``resolve_tracking_uri``), whether it can be
+used at start (``check_reachable``), and a client for it (``client``): direct, or a
 ``relay.RelayClient`` where only the driver's node can reach it.  Explicit run ids everywhere, no
-global MLflow state."""
+global MLflow state.  What an outage means to a writer is ``tracking.spool``'s alone."""
 
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -127,57 +126,6 @@ def terminate(mlflow_client, run_id: str, message: str | None, only_if_running: 
         mlflow_client.set_terminated(run_id, status="FAILED")
     else:
         mlflow_client.set_terminated(run_id, status="FINISHED")
-
-
-def store_down(tracking_uri: str) -> str | None:
-    """``server_down`` asked from where the store's calls go: the relay's node where a relay
-    runs for it (a trial on a worker node cannot reach a server on the head's loopback), else
-    here.  A store that is no server is never down."""
-    if not tracking_uri.startswith(("http://", "https://")):
-        return None
-    relay = find_relay(tracking_uri)
-    if relay is not None:
-        return RelayClient(relay).down()
-    return server_down(tracking_uri)
-
-
-OUTAGE_WAIT_S = 1800.0  # how long a driver-side call waits for a tracking server that is down
-
-
-def when_up(tracking_uri: str, call: Callable[[], Any], what: str, log: Callable[[str], None] = print,
-            timeout: float = OUTAGE_WAIT_S, poll: float = 2.0) -> Any:
-    """``call()`` once the tracking server answers its health check, and again if it fails
-    because the server went down meanwhile (or the relay's process died: Ray starts it again):
-    during an outage the caller (a sweep's trial opening or closing its run, the sweep's own
-    bookkeeping) waits, with one line saying so, instead of failing after MLflow's retries.
-    ``call`` must be safe to repeat.  A store still down after ``timeout`` seconds is a
-    ``UserError``; any other failure is raised as it is."""
-    deadline, said = time.monotonic() + timeout, False
-    while True:
-        reason = store_down(tracking_uri)
-        if reason is None:
-            try:
-                return call()
-            except Exception as error:  # an outage that began during the call is waited out
-                reason = store_down(tracking_uri) or _relay_died(error)
-                if reason is None:
-                    raise
-        if time.monotonic() > deadline:
-            raise UserError(f"the MLflow tracking server at {redact(tracking_uri)} has been down for "
-                            f"{timeout:.0f} s ({reason}); {what} could not be recorded")
-        if not said:
-            log(f"MLflow at {redact(tracking_uri)} does not answer ({reason}): {what} waits for it")
-            said = True
-        time.sleep(poll)
-
-
-def _relay_died(error: BaseException) -> str | None:
-    """Why a call failed if its relay's process died (Ray restarts it), else None."""
-    try:
-        from ray.exceptions import RayActorError
-    except ImportError:
-        return None
-    return "the relay restarted" if isinstance(error, RayActorError) else None
 
 
 def check_reachable(tracking_uri: str, timeout: float = 5.0) -> None:

@@ -8,6 +8,7 @@ from mlflow.tracking import MlflowClient
 from servers import MlflowServer
 
 from platform import report
+from platform.launch.sweep import close_trial_run
 from platform.tracking import runs
 from platform.tracking import spool as records
 from platform.tracking.logger import RunLogger
@@ -18,9 +19,11 @@ def test_records_an_outage_keeps_at_a_runs_end_reach_the_store_in_order_and_the_
                                                                                                       capsys):
     """Two runs write through a server killed before their end: their loggers close at once,
     keeping what the server did not take (metrics, tags, an artifact, a logged model's files) in
-    the spool, as one of them keeps its end.  Restarted, the sweep's way of closing a run
-    (``runs.end_run`` with the spool) and ``report --replay`` deliver everything, once, before
-    the runs are FINISHED; the spool is empty after."""
+    the spool.  One keeps its own end; the other is a trial ASHA pruned: the sweep's closing is
+    kept without a wait, then the interrupted trial's FAILED end.  Restarted, the trial's way of
+    closing its run (``runs.end_run`` with the spool) and ``report --replay`` deliver everything,
+    once, before the runs are closed, the sweep's word last (FINISHED, pruned, no error tag); the
+    spool is empty after."""
     server = MlflowServer(tmp_path / "mlflow")
     (tmp_path / "mlflow").mkdir()
     storage = tmp_path / "runs"
@@ -48,12 +51,17 @@ def test_records_an_outage_keeps_at_a_runs_end_reach_the_store_in_order_and_the_
             assert time.monotonic() - began < 30  # the health check said down: no wait for MLflow's retries
         assert "record(s) of run" in capsys.readouterr().err
         Spool(root).put(ids[0], [records.end()])  # the trial's own end, kept after its records
+        began = time.monotonic()
+        close_trial_run(server.uri, "spool", "a-parent", "pruned-trial", ids[1], records.closing(True, None), root)
+        assert time.monotonic() - began < 30 and "is kept in" in capsys.readouterr().out
+        Spool(root).put(ids[1], [records.end("interrupted by Tune")])  # the torn-down trial, after the sweep's word
+        assert records.deliver(server.uri, root, [ids[1]]) == [ids[1]]  # the sweep's next try: still down
         assert sorted(Spool(root).run_ids()) == sorted(ids)
         server.start()
         client = MlflowClient(server.uri)
         assert {client.get_run(run_id).info.status for run_id in ids} == {"RUNNING"}  # not before its records
-        runs.end_run(server.uri, ids[1], spool=root)  # how the sweep closes a trial's run: its records first
-        assert len(client.get_metric_history(ids[1], "dev_bleu")) == 2 and Spool(root).run_ids() == [ids[0]]
+        runs.end_run(server.uri, ids[0], spool=root)  # how a trial closes its own run: its records first
+        assert len(client.get_metric_history(ids[0], "dev_bleu")) == 2 and Spool(root).run_ids() == [ids[1]]
         assert report.main(["--replay", "--storage-path", str(storage), "--tracking-uri", server.uri]) == 0
         assert "are in the store now" in capsys.readouterr().out
         for n, run_id in enumerate(ids):
@@ -62,6 +70,7 @@ def test_records_an_outage_keeps_at_a_runs_end_reach_the_store_in_order_and_the_
             assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [(1, 1.0),
                                                                                                  (2, 2.0 + n)]
             assert run.data.tags["best_step"] == "2" and "tracking_wait_s" in run.data.metrics
+            assert (run.data.tags.get("pruned"), "error" in run.data.tags) == (("true" if n else None), False)
             assert [a.path for a in client.list_artifacts(run_id, "dev_hypotheses")] == ["dev_hypotheses/best.txt"]
             (output,) = run.outputs.model_outputs  # one model, its files uploaded
             assert client.get_logged_model(output.model_id).status.to_int() == 2  # READY
