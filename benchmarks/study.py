@@ -443,12 +443,17 @@ def main(argv=None) -> int:
         started = time.time()
         rows = args.rows + [baseline for baseline, (_, table) in TABLES.items()  # a table's own baseline
                             if baseline not in args.rows + list(shared) and set(table) & set(args.rows)]
-        for seed in range(1, args.seeds + 1):  # seed by seed: an interrupted study has whole seeds
-            for row in rows:
-                run = latest_per_seed(finished_runs(client, args.experiment), args).get(row, {}).get(str(seed))
-                if run is None:
-                    run = client.get_run(run_row(row, seed, args, dataset))
-                complete(run, args, device, shared)
+        from platform.launch.cluster import start_ray  # Ray: only where the study trains
+        from platform.tracking.relay import held_relay
+
+        start_ray(None)
+        with held_relay(args.tracking_uri):  # the MLflow relay lives while the study trains
+            for seed in range(1, args.seeds + 1):  # seed by seed: an interrupted study has whole seeds
+                for row in rows:
+                    run = latest_per_seed(finished_runs(client, args.experiment), args).get(row, {}).get(str(seed))
+                    if run is None:
+                        run = client.get_run(run_row(row, seed, args, dataset))
+                    complete(run, args, device, shared)
         sys.stderr.write(f"[study] this invocation: {time.time() - started:.0f} s\n")
     text = tables(args)
     write_section(Path(args.out), text)

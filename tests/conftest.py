@@ -129,15 +129,6 @@ def ud_samples() -> Path:
     return require_shared_data(UD_SAMPLES)
 
 
-@pytest.fixture(autouse=True)
-def _release_relays():
-    """The MLflow relays a test's in-process CLI started stop with the test (handles dropped)."""
-    yield
-    from platform.tracking.relay import release_relays
-
-    release_relays()
-
-
 @pytest.fixture(scope="session")
 def _session_ray():
     """Shuts down, at the session's end, the Ray cluster ``ray_cluster`` started."""

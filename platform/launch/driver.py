@@ -62,7 +62,8 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
              "data": job.dataset.name}
     tags = {"model": config.model.name, **(job.init.tags() if job.init else {}), **(tags or {})}
     start_ray(ray_address)
-    start_relay(job.tracking_uri)  # no-op if it runs already or the store is remote
+    relay = start_relay(job.tracking_uri)  # None where the store is remote; held until the run is closed
+    # (the command's own holds it for the command: platform.train's, the sweep's driver)
 
     def open_run() -> str:
         run_id = runs.find_run(job.tracking_uri, job.experiment, reuse) if reuse else None
@@ -90,6 +91,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
         runs.end_run(job.tracking_uri, run_id, error=error, only_if_running=True, spool=spool_root(job.storage_path))
         raise
     close_run(job, run_id)
+    del relay  # the run is closed: its relay may stop (a sweep's driver holds its own)
     if after_fit is not None:
         after_fit(result)
     return run_id

@@ -16,12 +16,20 @@ from platform import config as config_io
 from platform.data.builtin import resolve_dataset
 from platform.data.dataset import read_meta
 from platform.errors import UserError
+from platform.flags import DATA_HELP, TRACKING_URI_HELP, flag
 from platform.launch import reach
-from platform.launch.cluster import check_worker_group, default_cpus_per_worker, start_ray, storage_uri
+from platform.launch.cluster import (
+    check_worker_group,
+    default_cpus_per_worker,
+    default_storage_path,
+    start_ray,
+    storage_uri,
+)
 from platform.launch.driver import Job, run
 from platform.launch.warm_start import load_warm_start
 from platform.tracking import runs
 from platform.tracking.registry import check_model_name, register
+from platform.tracking.relay import held_relay
 from platform.tracking.spool import replay_all
 from platform.tracking.store import resolve_tracking_uri
 from platform.training import recipes
@@ -30,38 +38,59 @@ from platform.training.config import TrainConfig, check_dataset, resolve_config
 
 @dataclass(frozen=True, kw_only=True)
 class TrainRequest:
-    """What ``platform.train``'s flags ask for, under the flags' names (``--help`` says what each is)."""
+    """What ``platform.train`` is asked: each field is its flag (``flags.flag``), declared here only."""
 
-    model: str | None = None
-    recipe: str | None = None
-    data: str = "demo"
-    config: str | None = None
-    overrides: list[str] = field(default_factory=list)
-    size: str = "cpu"
-    workers: int = 1
-    gpus_per_worker: float = 0.0
-    cpus_per_worker: float = 0.0  # 0: this machine's cores shared by the workers
-    max_epochs: int | None = None
-    max_updates: int | None = None
-    log_every: int | None = None
-    validate_every: int | None = None
-    save_every: int | None = None
-    average_last: int | None = None
-    keep_best: int | None = None
-    smoke: bool = False
-    share_all_embeddings: bool = False
-    experiment: str = "syntax-nmt"
-    tracking_uri: str | None = None
-    name: str | None = None
-    storage_path: str = "runs"
-    max_failures: int = 2
-    address: str | None = None
-    init_from: str | None = None
-    init_optimizer: bool = False
-    continue_run: bool = False
-    register_model: str | None = None
-    print_config: bool = False
-    started_at: float = field(default_factory=time.time)
+    model: str | None = flag("the architecture to train (or give --recipe)", default=None, choices=list(MODELS))
+    recipe: str | None = flag("a paper's configuration of a table row (sets the model; default: the model's own "
+                              "paper row); one of: " + ", ".join(recipes.RECIPES), default=None, metavar="RECIPE",
+                              choices=list(recipes.RECIPES))
+    data: str = flag(DATA_HELP, default="demo")
+    config: str | None = flag("a config file (sections model, batching, optim, eval, ...)", default=None,
+                              metavar="YAML")
+    overrides: list[str] = flag("override one config value, e.g. --set model.p_enc=3 --set optim.lr=5e-4 "
+                                "(repeatable)", default_factory=list, names=("--set",), metavar="KEY=VALUE")
+    size: str = flag("model size defaults: cpu (small, the default) or paper (6+6 layers, d 512)", default="cpu",
+                     choices=["cpu", "paper"])
+    workers: int = flag("DDP workers (default 1)", default=1)
+    gpus_per_worker: float = flag("GPUs per worker (0 = CPU with gloo)", default=0.0)
+    cpus_per_worker: float = flag("CPUs per worker, also its torch threads (default: this machine's cores / workers)",
+                                  default=0.0)
+    max_epochs: int | None = flag("number of epochs (default: the size preset's, 3 for cpu; smoke 2)", default=None)
+    max_updates: int | None = flag("stop after this many updates (without --max-epochs, the only limit)",
+                                   default=None)
+    log_every: int | None = flag("a progress line and train metrics in MLflow every N updates (default 100; 0: "
+                                 "none)", default=None, metavar="N")
+    validate_every: int | None = flag("validate on dev and checkpoint every N updates (default: at each epoch's "
+                                      "end)", default=None, metavar="N")
+    save_every: int | None = flag("also checkpoint every N updates, without validating (default: at validations "
+                                  "only)", default=None, metavar="N")
+    average_last: int | None = flag("keep the weights of the last N checkpoints (validations and --save-every "
+                                    "ones), for evaluate/translate --average-last (default 5; 0: none)",
+                                    default=None, metavar="N")
+    keep_best: int | None = flag("also keep the weights of the N best validations (default 0: the best checkpoint "
+                                 "only)", default=None, metavar="N")
+    smoke: bool = flag("a tiny model and a few steps, for a quick check", default=False)
+    share_all_embeddings: bool = flag("one embedding matrix for the source, the target and the output layer "
+                                      "(Vaswani et al. 2017, §3.4; the Transformer family); the dataset needs "
+                                      "prepare --joint-vocab", default=False)
+    experiment: str = flag("MLflow experiment name (default syntax-nmt)", default="syntax-nmt")
+    tracking_uri: str | None = flag(TRACKING_URI_HELP, default=None)
+    name: str | None = flag("run name; rerunning with the same name resumes its Ray checkpoints", default=None)
+    storage_path: str = flag("where Ray keeps checkpoints: a directory or s3://... (shared storage on a cluster; "
+                             "default $NMT_STORAGE_PATH, else runs)", default_factory=default_storage_path)
+    max_failures: int = flag("restarts of a failed worker group (default 2)", default=2)
+    address: str | None = flag("Ray cluster address (default: start a local one, or 'auto')", default=None)
+    init_from: str | None = flag("start from these weights in a new run: an MLflow run id (its best checkpoint), "
+                                 "models:/NAME/VERSION or models:/NAME@champion, a checkpoint URI (runs:/..., "
+                                 "s3://...) or a checkpoint file", default=None, metavar="SOURCE")
+    init_optimizer: bool = flag("with --init-from: continue its optimiser and learning-rate schedule too "
+                                "(default: fresh)", default=False)
+    continue_run: bool = flag("with --name of a finished run: train it on, in the same run, to the new "
+                              "--max-epochs/--max-updates", default=False, names=("--continue",))
+    register_model: str | None = flag("register the run's best model as a new version of NAME in MLflow's model "
+                                      "registry, with the alias 'champion'", default=None, metavar="NAME")
+    print_config: bool = flag("print the resolved config and exit", default=False)
+    started_at: float = field(default_factory=time.time)  # the command's start: the first epoch logs startup_s
 
 
 def train(request: TrainRequest) -> int:
@@ -78,6 +107,13 @@ def train(request: TrainRequest) -> int:
             print(register(tracking_uri, done, request.register_model, "platform.train").line())
         return 0
     start_ray(request.address)
+    with held_relay(tracking_uri):  # the MLflow relay lives as long as the command
+        return train_on_ray(request, model, recipe, config, tracking_uri, named)
+
+
+def train_on_ray(request: TrainRequest, model: str, recipe: str, config: TrainConfig, tracking_uri: str,
+                 named: dict[str, str] | None) -> int:
+    """``train`` once Ray runs: the worker group checked, the dataset every node reaches, the run."""
     cpus = request.cpus_per_worker or default_cpus_per_worker(request.workers)
     check_worker_group(request.workers, cpus, request.gpus_per_worker, joined=request.address is not None)
     storage = storage_uri(request.storage_path)

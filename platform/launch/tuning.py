@@ -24,10 +24,12 @@ from platform import config as config_io
 from platform.data.builtin import resolve_dataset
 from platform.data.dataset import read_meta
 from platform.errors import UserError
+from platform.flags import DATA_HELP, TRACKING_URI_HELP, flag, parse_duration
 from platform.launch import reach
 from platform.launch.cluster import (
     auto_gpus_per_worker,
     cluster_gpus,
+    default_storage_path,
     max_concurrent_trials,
     start_ray,
     storage_uri,
@@ -36,7 +38,7 @@ from platform.launch.confirm import Confirmation, confirmation_lines, run_confir
 from platform.launch.console import console_log_path, make_console, quiet_logging
 from platform.launch.continuation import Carried, carry_trials, extensions, same_objectives
 from platform.launch.driver import Job
-from platform.launch.searcher import SearchSettings, check_settings, grid_size
+from platform.launch.searcher import SCHEDULERS, SEARCHERS, SearchSettings, check_settings, grid_size
 from platform.launch.spaces import Space, load_space
 from platform.launch.study import default_storage_url, load_study, open_storage
 from platform.launch.summary import (
@@ -56,6 +58,7 @@ from platform.tracking.relay import start_relay
 from platform.tracking.store import resolve_tracking_uri
 from platform.tracking.tables import format_table
 from platform.training.config import check_dataset, load_train_config
+from search_spaces import SPACES
 
 SMOKE_TRIALS, DEFAULT_TRIALS = 3, 6  # configs sampled without --num-trials
 SMOKE_EPOCHS = 2
@@ -63,42 +66,69 @@ SMOKE_EPOCHS = 2
 
 @dataclass(frozen=True, kw_only=True)
 class SweepRequest:
-    """What ``platform.tune``'s flags ask for, under the flags' names (``--help`` says what each is)."""
+    """What ``platform.tune`` is asked: each field is its flag (``flags.flag``), declared here only."""
 
-    space: str
-    data: str = "demo"
-    num_trials: int | None = None
-    max_epochs: int | None = None
-    search: str | None = None  # these five: None keeps the space file's search settings
-    scheduler: str | None = None
-    grace_period: int | None = None
-    reduction_factor: int | None = None
-    min_samples: int | None = None
-    objective: list[str] = field(default_factory=list)
-    seeds_per_config: int = 1
-    time_budget: float | None = None
-    confirm: int = 0
-    confirm_seeds: int = 3
-    register_model: str | None = None
-    study_storage: str | None = None
-    size: str = "sweep"
-    overrides: list[str] = field(default_factory=list)
-    workers_per_trial: int = 1
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: float | None = None
-    max_concurrent: int | None = None
-    name: str | None = None
-    resume: bool = False
-    extend: str | None = None  # the finished (or interrupted) sweep to add --num-trials trials to
-    warm_start_from: str | None = None  # a sweep whose finished trials this new sweep's searcher is told
-    seed: int = 1
-    smoke: bool = False
-    dry_run: bool = False
-    experiment: str = "syntax-nmt"
-    tracking_uri: str | None = None
-    storage_path: str = "runs"
-    address: str | None = None
-    verbose: bool = False
+    space: str = flag(f"search space: {', '.join(SPACES)}, or a space .yaml file")
+    data: str = flag(DATA_HELP, default="demo")
+    num_trials: int | None = flag("configs to sample (default 6; smoke 3; grid: the whole grid); each is trained "
+                                  "--seeds-per-config times", default=None, names=("--num-trials", "--num-samples"))
+    max_epochs: int | None = flag("epochs of a trial that the scheduler never stops (default 4; smoke 2)",
+                                  default=None)
+    # these five: None keeps the space file's search settings
+    search: str | None = flag("Optuna sampler (default tpe, or the space's search.searcher)", default=None,
+                              choices=SEARCHERS)
+    scheduler: str | None = flag("trial scheduler (default asha, or the space's search.scheduler); none trains "
+                                 "every trial to the end", default=None, choices=SCHEDULERS)
+    grace_period: int | None = flag("epochs before the scheduler may stop a trial (default 1)", default=None)
+    reduction_factor: int | None = flag("asha/hyperband: 1 in this many trials goes on per rung (default 2)",
+                                        default=None)
+    min_samples: int | None = flag("median: trials needed at an epoch to compare with (default 3)", default=None)
+    objective: list[str] = flag("an objective (repeatable; several make a multi-objective sweep), e.g. "
+                                "--objective dev_bleu:max --objective num_parameters:min", default_factory=list,
+                                metavar="METRIC:MODE")
+    seeds_per_config: int = flag("train each sampled config with this many seeds (Optuna gets their mean; "
+                                 "default 1)", default=1)
+    time_budget: float | None = flag("wall clock for the search (e.g. 90m, 2h, 3600): then it ends cleanly with "
+                                     "its summary", default=None, metavar="DURATION", type=parse_duration)
+    confirm: int = flag("after the search, train the K best configs and the space's baseline again with "
+                        "--confirm-seeds seeds each, score them on test, and test them against the baseline",
+                        default=0, metavar="K")
+    confirm_seeds: int = flag("seeds per confirmed config (default 3)", default=3)
+    register_model: str | None = flag("register the best trial's model (with --confirm: the confirmation's winner, "
+                                      "the seed run with its best dev score) as a new version of NAME, with the "
+                                      "alias 'champion'", default=None, metavar="NAME")
+    study_storage: str | None = flag("the Optuna study's RDB storage (a SQLAlchemy URL; default "
+                                     "$NMT_STUDY_STORAGE, else sqlite:///runs/NAME/optuna.db)", default=None,
+                                     metavar="URL")
+    size: str = flag("trial defaults: sweep (small models, 200-step epochs; the default), cpu, paper",
+                     default="sweep", choices=["sweep", "cpu", "paper"])
+    overrides: list[str] = flag("a config value for every trial, e.g. --set model.d_model=256 (repeatable)",
+                                default_factory=list, names=("--set",), metavar="KEY=VALUE")
+    workers_per_trial: int = flag("DDP workers of each trial (default 1)", default=1)
+    cpus_per_worker: float = flag("CPUs per worker (default 1)", default=1.0)
+    gpus_per_worker: float | None = flag("GPUs per worker (default: none on a cluster without GPUs; else 1 at "
+                                         "--size paper and 1/8 for the smaller sizes, eight trials sharing a GPU)",
+                                         default=None)
+    max_concurrent: int | None = flag("at most this many trials at once (default: what fits)", default=None)
+    name: str | None = flag("sweep name; with --resume, the sweep to continue", default=None)
+    resume: bool = flag("continue the interrupted sweep --name (its latest experiment, an extension included)",
+                        default=False)
+    extend: str | None = flag("add --num-trials trials to the finished (or interrupted) sweep SWEEP: the same "
+                              "study, parent run and searcher and scheduler as they ended; its summary covers all",
+                              default=None, metavar="SWEEP")
+    warm_start_from: str | None = flag("start this new sweep's searcher with the finished trials of sweep SWEEP "
+                                       "(its study), where their parameters fit this space", default=None,
+                                       metavar="SWEEP")
+    seed: int = flag("the Optuna sampler's seed (default 1)", default=1)
+    smoke: bool = flag("3 tiny trials of 2 short epochs, for a quick check", default=False)
+    dry_run: bool = flag("print the resolved space and one sampled config, then exit", default=False)
+    experiment: str = flag("MLflow experiment (default syntax-nmt)", default="syntax-nmt")
+    tracking_uri: str | None = flag(TRACKING_URI_HELP, default=None)
+    storage_path: str = flag("Ray Tune/Train storage: a directory or s3://... (shared storage on a cluster; "
+                             "default $NMT_STORAGE_PATH, else runs)", default_factory=default_storage_path)
+    address: str | None = flag("Ray cluster address (default: start a local one, or 'auto')", default=None)
+    verbose: bool = flag("also show Ray's own console (its tables, warnings and workers' lines); by default they "
+                         "go to console.log in the sweep's directory", default=False)
     launched_at: float = field(default_factory=time.time)  # the command's start, for the time shares
 
     @property
@@ -221,7 +251,7 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
         same_objectives(source_objectives(tracking_uri, request), space)
     if not (request.resume or request.extend):
         fresh_study(sweep)
-    start_relay(tracking_uri)
+    sweep.relay = start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, request.resume or bool(request.extend))
     if request.extend:
         runs.tag_run(tracking_uri, sweep.parent_run_id, {"extensions": str(sweep.extension)})

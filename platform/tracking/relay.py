@@ -42,40 +42,40 @@ def relay_name(tracking_uri: str) -> str:
 
 
 def start_relay(tracking_uri: str):
-    """Start (or find) the relay for ``tracking_uri`` on this node; needs Ray to be initialized."""
+    """Start (or find) the relay for ``tracking_uri`` on this node; needs Ray to be initialized.
+
+    The caller holds the handle for as long as the relay must live (the command's run or
+    sweep): Ray tears a named actor that is not detached down as soon as its creator holds no
+    handle to it, and a handle found later does not keep it up."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if not needs_relay(tracking_uri):
         return None
     here = ray.get_runtime_context().get_node_id()
-    name = relay_name(tracking_uri)
     threads = RELAY_THREADS if tracking_uri.lower().startswith(("http://", "https://")) else 1
     for attempt in range(5):
         try:
             # max_restarts: Ray starts a relay whose process died again (on its node), so the
             # calls that follow reach it; one in flight fails, and the logger sends it again
-            handle = ray.remote(num_cpus=0, max_restarts=-1)(MlflowRelay).options(
-                name=name, get_if_exists=True, max_concurrency=threads,
+            return ray.remote(num_cpus=0, max_restarts=-1)(MlflowRelay).options(
+                name=relay_name(tracking_uri), get_if_exists=True, max_concurrency=threads,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(tracking_uri)
         except ValueError:  # "Failed to look up actor": it was being torn down as we looked it up
             if attempt == 4:
                 raise
             time.sleep(0.5)
-            continue
-        _HELD.setdefault(name, []).append(handle)
-        return handle
+    return None
 
 
-# Every relay handle this process started or found.  Ray tears a named actor that is not
-# detached down as soon as its creator holds no handle to it, so dropping the creating handle,
-# or replacing it by one found later, would stop the relay under a later call of any process.
-_HELD: dict[str, list] = {}
-
-
-def release_relays() -> None:
-    """Drop this process's relay handles (the relays it created then stop; tests call this after each test)."""
-    _HELD.clear()
+@contextlib.contextmanager
+def held_relay(tracking_uri: str):
+    """The relay of ``tracking_uri`` (``start_relay``) held for the block: a command's lifetime."""
+    handle = start_relay(tracking_uri)
+    try:
+        yield handle
+    finally:
+        del handle
 
 
 def find_relay(tracking_uri: str):

@@ -9,7 +9,7 @@ import optuna
 import pytest
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
-from platform import tune
+from platform import flags
 from platform.errors import ConfigError, UserError
 from platform.launch.searcher import (
     SearchSettings,
@@ -110,10 +110,10 @@ def test_objectives_from_the_flag_make_a_multi_objective_searcher():
 def test_durations_read_as_people_write_them():
     written = {"90m": 5400, "2h": 7200, "45s": 45, "3600": 3600, "1.5h": 5400}  # text → seconds
     for text, seconds in written.items():
-        assert tune.parse_duration(text) == seconds, text
+        assert flags.parse_duration(text) == seconds, text
     for text in ("soon", "0", "-5m"):
         with pytest.raises(argparse.ArgumentTypeError):
-            tune.parse_duration(text)
+            flags.parse_duration(text)
 
 
 def test_the_pareto_front_is_every_finished_row_no_other_dominates():

@@ -1,4 +1,5 @@
-"""The MLflow relay actor stays up while the process that started it runs, whoever looks it up."""
+"""The MLflow relay actor stays up while the command that started it holds it, whoever looks it up,
+and goes with it."""
 
 import gc
 
@@ -27,28 +28,29 @@ def a_dropped_actor_was_torn_down(ray, tmp_path, tag: str) -> None:
     wait_for(lambda: actor_state(control_name) == "DEAD", 60, "Ray to tear down an actor whose handle was dropped")
 
 
-def test_the_relay_outlives_the_handle_its_starter_dropped(ray_cluster, tmp_path):
-    """The relay must still answer after Ray tore down a control actor made the same way, not
-    merely some seconds later: when its starter dropped the handle, and when a second CLI call
-    in the same process found it again (replacing the creating handle by the found one would
-    tear it down under the call's next use)."""
+def test_the_relay_lives_while_its_command_holds_it_and_goes_after(ray_cluster, tmp_path):
+    """While a command holds its relay (``held_relay``) the relay answers other processes even
+    after Ray tore down a control actor whose handle was dropped, and a second start that finds
+    it and drops its handle does not stop it; once the command's block ends it goes."""
     ray = ray_cluster
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    relay.start_relay(uri)  # the handle is dropped at once, as the CLIs do
-    a_dropped_actor_was_torn_down(ray, tmp_path, "first")
 
     @ray.remote(num_cpus=0)
     def look_up(uri):  # a trial or a Train worker, in another process
         found = relay.find_relay(uri)
         return found is not None and ray.get(found.call.remote("search_experiments")) is not None
 
-    assert actor_state(relay.relay_name(uri)) == "ALIVE"
-    assert ray.get(look_up.remote(uri)), "the relay was torn down when its starter dropped the handle"
-    assert relay.start_relay(uri) is not None  # a second CLI call in this process finds it
+    with relay.held_relay(uri):
+        a_dropped_actor_was_torn_down(ray, tmp_path, "first")
+        assert actor_state(relay.relay_name(uri)) == "ALIVE"
+        assert ray.get(look_up.remote(uri)), "the relay was torn down while its command held it"
+        assert relay.start_relay(uri) is not None  # a trial's run finds it and drops the handle
+        gc.collect()
+        a_dropped_actor_was_torn_down(ray, tmp_path, "second")
+        assert actor_state(relay.relay_name(uri)) == "ALIVE", "finding the relay again tore it down"
+        assert ray.get(look_up.remote(uri))
     gc.collect()
-    a_dropped_actor_was_torn_down(ray, tmp_path, "second")
-    assert actor_state(relay.relay_name(uri)) == "ALIVE", "finding the relay again tore it down"
-    assert ray.get(look_up.remote(uri))
+    wait_for(lambda: actor_state(relay.relay_name(uri)) == "DEAD", 60, "the relay to go with its command")
 
 
 def test_one_runs_calls_wait_for_each_other_while_another_runs_calls_go_on(tmp_path):
