@@ -29,7 +29,7 @@ from typing import Any
 
 from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orphaned_groups
 from platform.launch.continuation import experiment_name, under
-from platform.launch.driver import run
+from platform.launch.driver import Job, run
 from platform.launch.spaces import RECIPE_KNOB
 from platform.scoring import METRICS
 from platform.tracking import runs, store
@@ -89,27 +89,39 @@ def candidates(sweep, rows: list[dict[str, Any]], k: int) -> list[Candidate]:
     return chosen
 
 
-def confirm_trial(config: dict[str, Any], setup: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class ConfirmSetup:
+    """What every confirmation trial is given besides its entry (``ray.tune.with_parameters``)."""
+
+    candidates: list[Candidate]
+    entries: list[dict[str, int]]  # a trial's config names one: the candidate's index and a seed
+    recipes: list[str]  # each candidate's recipe
+    job: Job  # every run's, but for its run name and start time
+    sweep: str  # the sweep's name
+    parent_run_id: str  # the sweep's MLflow parent run
+
+
+def confirm_trial(config: dict[str, Any], setup: ConfirmSetup) -> None:
     """One confirmation run: train the candidate with its seed (a fresh MLflow child run, or the
     one a restarted trial left), then decode the test split with its best checkpoint and log
     the scores and files to that run, once."""
     import ray.tune
 
     trial_id = ray.tune.get_context().get_trial_id()
-    entry = setup["entries"][config["entry"]]
-    candidate: Candidate = setup["candidates"][entry["index"]]
+    entry = setup.entries[config["entry"]]
+    candidate = setup.candidates[entry["index"]]
     data = copy.deepcopy(candidate.config)
     data["seed"] = int(entry["seed"])
     config = load_train_config(data)
-    job = dataclasses.replace(setup["job"], run_name=f"{setup['sweep']}-confirm-{trial_id}", started_at=time.time())
-    tags = {"trial_id": trial_id, "sweep": setup["sweep"], "stage": STAGE, "confirm_of": candidate.label,
-            "recipe": setup["recipes"][entry["index"]]}
-    reuse = {"mlflow.parentRunId": setup["parent_run_id"], "trial_id": trial_id, "stage": STAGE}
+    job = dataclasses.replace(setup.job, run_name=f"{setup.sweep}-confirm-{trial_id}", started_at=time.time())
+    tags = {"trial_id": trial_id, "sweep": setup.sweep, "stage": STAGE, "confirm_of": candidate.label,
+            "recipe": setup.recipes[entry["index"]]}
+    reuse = {"mlflow.parentRunId": setup.parent_run_id, "trial_id": trial_id, "stage": STAGE}
     run_id = runs.find_run(job.tracking_uri, job.experiment, reuse)
     client = store.client(job.tracking_uri)
     finished = run_id is not None and client.get_run(run_id).info.status == "FINISHED"
     if not finished:
-        run_id = run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, reuse=reuse)
+        run_id = run(config, job, parent_run_id=setup.parent_run_id, tags=tags, reuse=reuse)
     metrics = client.get_run(run_id).data.metrics
     if "test_bleu" not in metrics:
         metrics = score_on_test(job, run_id)
@@ -142,8 +154,8 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
     chosen = candidates(sweep, rows, k)
     base_seed = sweep.space.base_config.seed
     entries = [{"index": i, "seed": base_seed + s} for i in range(len(chosen)) for s in range(seeds)]
-    setup = {"candidates": chosen, "entries": entries, "job": sweep.job, "sweep": sweep.name,
-             "parent_run_id": sweep.parent_run_id, "recipes": [_recipe(sweep, c) for c in chosen]}
+    setup = ConfirmSetup(candidates=chosen, entries=entries, recipes=[_recipe(sweep, c) for c in chosen],
+                         job=sweep.job, sweep=sweep.name, parent_run_id=sweep.parent_run_id)
     trainable = ray.tune.with_resources(ray.tune.with_parameters(confirm_trial, setup=setup), {"CPU": DRIVER_CPU})
     path = under(str(sweep.job.storage_path), f"{experiment_name(sweep.name, sweep.extension)}-{STAGE}")
     if resume and ray.tune.Tuner.can_restore(path):

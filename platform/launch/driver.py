@@ -2,8 +2,8 @@
 ``--workers`` DDP workers (gloo on CPU, nccl with GPUs), close the run (docs/architecture.md).
 
 ``platform.train`` calls ``run`` once; every Tune trial of ``launch.sweep`` calls it for its
-own trainer.  The config crosses to the workers as the typed ``TrainConfig`` object (validated
-once, here), not as data to load again.
+own trainer.  What crosses to the workers is one typed ``WorkerSpec`` (its ``TrainConfig``
+validated once, here), not data to load again.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from platform.data.storage import locate
 from platform.errors import UserError
 from platform.launch.cluster import start_ray
 from platform.launch.warm_start import WarmStart
-from platform.launch.worker import train_loop_per_worker
+from platform.launch.worker import SPEC, WorkerSpec, train_loop_per_worker
 from platform.redaction import redact
 from platform.tracking import runs
 from platform.tracking import spool as outage
@@ -122,10 +122,10 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
     resources = {"CPU": job.cpus_per_worker, **({"GPU": job.gpus_per_worker} if use_gpu else {})}
     trainer = TorchTrainer(
         train_loop_per_worker,
-        train_loop_config={"config": config, "dataset": job.dataset,
-                           "tracking_uri": job.tracking_uri, "run_id": run_id, "cpus_per_worker": job.cpus_per_worker,
-                           "started_at": job.started_at, "init": job.init.loop_config() if job.init else None,
-                           "kept_at": kept_location(job), "spool": spool_root(job.storage_path)},
+        train_loop_config={SPEC: WorkerSpec(
+            config=config, dataset=job.dataset, tracking_uri=job.tracking_uri, run_id=run_id,
+            cpus_per_worker=job.cpus_per_worker, kept_at=kept_location(job), spool=spool_root(job.storage_path),
+            started_at=job.started_at, init=job.init.loop_config() if job.init else None)},
         scaling_config=ray.train.ScalingConfig(num_workers=job.workers, use_gpu=use_gpu,
                                                resources_per_worker=resources),
         torch_config=NodeBoundTorchConfig(),  # the process group listens on the node address only

@@ -88,21 +88,31 @@ def trial_seed(base_seed: int, sampled: dict[str, Any]) -> int:
     return base_seed + int(sampled.get(SEED_INDEX, 0))
 
 
-def run_trial(sampled: dict[str, Any], setup: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of a sweep is given besides its sampled knobs (``ray.tune.with_parameters``)."""
+
+    space: Space
+    job: Job  # every trial's, but for its run name and start time
+    sweep: str  # the sweep's name
+    parent_run_id: str  # the sweep's MLflow parent run
+
+
+def run_trial(sampled: dict[str, Any], setup: TrialSetup) -> None:
     """One Tune trial: resolve its config and train it with Ray Train (its own TorchTrainer)."""
     import ray.tune
 
     started_at = time.time()
     trial_id = ray.tune.get_context().get_trial_id()
-    space = setup["space"]
+    space = setup.space
     knobs = {k: v for k, v in sampled.items() if k != SEED_INDEX}
     data = space.trial_config(knobs)
     data["seed"] = trial_seed(int(data.get("seed", 1)), sampled)
     config = load_train_config(data)  # validated once, in the trial
-    job = dataclasses.replace(setup["job"], run_name=f"{setup['sweep']}-{trial_id}", started_at=started_at)
-    tags = {"trial_id": trial_id, "sweep": setup["sweep"], "space": space.name, "recipe": space.recipe_of(knobs)}
-    run(config, job, parent_run_id=setup["parent_run_id"], tags=tags, callbacks=[final_after_fit_callback()],
-        reuse=trial_run_tags(setup["parent_run_id"], trial_id), after_fit=report_last)
+    job = dataclasses.replace(setup.job, run_name=f"{setup.sweep}-{trial_id}", started_at=started_at)
+    tags = {"trial_id": trial_id, "sweep": setup.sweep, "space": space.name, "recipe": space.recipe_of(knobs)}
+    run(config, job, parent_run_id=setup.parent_run_id, tags=tags, callbacks=[final_after_fit_callback()],
+        reuse=trial_run_tags(setup.parent_run_id, trial_id), after_fit=report_last)
 
 
 def report_last(result) -> None:
@@ -233,7 +243,7 @@ def run_sweep(sweep: Sweep, resume: bool = False, callbacks: Sequence[Any] = (),
     console tables."""
     import ray.tune
 
-    setup = {"space": sweep.space, "job": sweep.job, "sweep": sweep.name, "parent_run_id": sweep.parent_run_id}
+    setup = TrialSetup(space=sweep.space, job=sweep.job, sweep=sweep.name, parent_run_id=sweep.parent_run_id)
     trainable = ray.tune.with_resources(ray.tune.with_parameters(run_trial, setup=setup), {"CPU": DRIVER_CPU})
     path = sweep.experiment_path()
     if resume and not ray.tune.Tuner.can_restore(path):

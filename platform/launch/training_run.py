@@ -152,14 +152,12 @@ def resolved(request: TrainRequest) -> tuple[str, str, TrainConfig]:
     if request.share_all_embeddings and model not in sharing_models():
         raise UserError(f"--share-all-embeddings: model {model} embeds each language on its own; "
                         f"the models that can share: {', '.join(sharing_models())}")
-    shared = ["model.share_all_embeddings=true"] if request.share_all_embeddings else []
-    intervals = [f"{key}={value}" for key, value in (("log_every", request.log_every),
-                                                      ("validate_every", request.validate_every),
-                                                      ("save_every", request.save_every),
-                                                      ("average_last", request.average_last),
-                                                      ("keep_best", request.keep_best)) if value is not None]
+    flagged = {key: getattr(request, key) for key in ("log_every", "validate_every", "save_every", "average_last",
+                                                      "keep_best") if getattr(request, key) is not None}
+    if request.share_all_embeddings:
+        flagged["model.share_all_embeddings"] = True
     config = resolve_config(model, "smoke" if request.smoke else request.size, recipe=recipe,
-                            config_file=request.config, overrides=[*request.overrides, *shared, *intervals],
+                            config_file=request.config, overrides=request.overrides, values=flagged,
                             max_epochs=request.max_epochs, max_updates=request.max_updates)
     return model, recipe, config
 

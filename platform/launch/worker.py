@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from platform import atomic, compat
-from platform.data.dataset import PreparedDataset
+from platform.data.dataset import DatasetRef, PreparedDataset
 from platform.data.storage import locate
 from platform.tracking.logger import RunLogger
 from platform.tracking.system import node_sampler
@@ -28,6 +29,25 @@ LAST_REPORT = "last_report"
 RUN_ID = "run_id"  # in every report: the MLflow run the sweep closes when Tune ends the trial
 
 
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What every worker of a run is given (the one value in Ray Train's ``train_loop_config``):
+    typed, validated once by the driver."""
+
+    config: TrainConfig
+    dataset: DatasetRef
+    tracking_uri: str
+    run_id: str
+    cpus_per_worker: float
+    kept_at: str  # where rank 0 keeps the weights to average and the best N (``training.averaging``)
+    spool: str  # where MLflow records wait through an outage (``tracking.spool``)
+    started_at: float | None = None  # time.time() of the launch: the first report's startup_s
+    init: dict[str, Any] | None = None  # --init-from: the weights (``launch.warm_start``) to start from
+
+
+SPEC = "spec"  # the key of the WorkerSpec in ``train_loop_config``
+
+
 def assigned_device():
     """The device Ray Train assigned this worker; the CPU where it assigned a GPU that torch
     cannot drive (a node that declares GPUs without CUDA, such as a test cluster's logical GPU)."""
@@ -38,31 +58,31 @@ def assigned_device():
     return torch.device("cpu") if device.type == "cuda" and not torch.cuda.is_available() else device
 
 
-def train_loop_per_worker(loop: dict[str, Any]) -> None:
+def train_loop_per_worker(loop: dict[str, WorkerSpec]) -> None:
     """Ray Train entry point on every worker: build the context and hooks, then ``fit``."""
     import ray
     import ray.train
     import ray.train.torch
     import torch
 
-    config: TrainConfig = loop["config"]  # the typed object, validated by the driver
+    spec = loop[SPEC]
+    config = spec.config
     _quiet_report_dumps()
-    threads = max(1, min(int(loop["cpus_per_worker"]), os.cpu_count() or 1))
+    threads = max(1, min(int(spec.cpus_per_worker), os.cpu_count() or 1))
     torch.set_num_threads(threads)  # Ray pins 1 thread otherwise
     ctx = Context.from_torch_distributed(assigned_device())
-    location = loop["dataset"].location  # a DatasetRef
+    location = spec.dataset.location
     dataset = PreparedDataset.open(location, with_dev=ctx.rank == 0, log=_write_line)
     example = dataset.dev.texts["src_text"][0] if dataset.dev is not None else "a source sentence"
-    hooks = RayHooks(ctx.rank, loop["tracking_uri"], loop["run_id"], config, location, example, loop["kept_at"],
-                     loop["spool"])
+    hooks = RayHooks(ctx.rank, spec.tracking_uri, spec.run_id, config, location, example, spec.kept_at, spec.spool)
     if hooks.logger is not None:  # what ``precision: auto`` chose on this device, and which GPU Ray gave rank 0
         hooks.logger.tag("precision", chosen_precision(config.precision, ctx.device))
         hooks.logger.tag("device", str(ctx.device))
         hooks.logger.tag("gpu_ids", ",".join(str(i) for i in ray.get_gpu_ids()))
         hooks.logger.tag("cuda_visible_devices", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-    system, node_logger = _system_metrics(hooks, loop)
+    system, node_logger = _system_metrics(hooks, spec)
     try:
-        fit(config, dataset, ctx, hooks, log=_write_line, started_at=loop["started_at"], init=loop["init"])
+        fit(config, dataset, ctx, hooks, log=_write_line, started_at=spec.started_at, init=spec.init)
         hooks.finish()  # done already with the last epoch's report, unless no epoch was left to train
     finally:
         if system is not None:
@@ -74,7 +94,7 @@ def train_loop_per_worker(loop: dict[str, Any]) -> None:
         shutil.rmtree(hooks.workdir, ignore_errors=True)  # what it held is in MLflow (or named lost by close)
 
 
-def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
+def _system_metrics(hooks: RayHooks, spec: WorkerSpec):
     """The node's first worker samples the node's CPU, memory, disk, network and GPU into the
     run (``tracking.system``), through rank 0's logger on rank 0's node, its own elsewhere;
     returns the sampler and the logger it uses (None, None on the node's other workers).  The
@@ -86,7 +106,7 @@ def _system_metrics(hooks: RayHooks, loop: dict[str, Any]):
     if ray.train.get_context().get_local_rank() != 0:
         return None, None
     logger = hooks.logger if hooks.logger is not None else RunLogger(
-        loop["tracking_uri"], loop["run_id"], reopen=False, keep_going=True, spool=loop["spool"])
+        spec.tracking_uri, spec.run_id, reopen=False, keep_going=True, spool=spec.spool)
     return node_sampler(logger, _platform.node()), logger
 
 

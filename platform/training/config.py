@@ -238,12 +238,13 @@ def resolve_packing(batching: BatchingConfig, model_config) -> BatchingConfig:
 
 
 def resolve(model: str, size: str, *, recipe: str | None = None, config_file: str | None = None,
-            overrides: Sequence[str] = (), max_epochs: int | None = None,
+            overrides: Sequence[str] = (), values: dict[str, Any] | None = None, max_epochs: int | None = None,
             max_updates: int | None = None) -> dict[str, Any]:
     """A run's config data: the model's preset, the size's dimensions and the recipe's model
     settings, the size's run preset, the recipe's training and decoding (``recipe_training``),
-    then the YAML file, then ``--set`` overrides, then ``max_epochs`` and ``max_updates`` (with
-    ``max_updates`` alone, it is the only limit) (plain data;
+    then the YAML file, then ``--set`` overrides, then ``values`` (a command's typed flags, by
+    config key: taken as they are, not parsed again), then ``max_epochs`` and ``max_updates``
+    (with ``max_updates`` alone, it is the only limit) (plain data;
     ``resolve_config`` loads it).  ``platform.train`` loads this; ``platform.tune`` applies each
     trial's knobs to it."""
     data: dict[str, Any] = {"model": model_defaults(model, size, recipe)}
@@ -254,6 +255,8 @@ def resolve(model: str, size: str, *, recipe: str | None = None, config_file: st
         config_io.merge(data, config_io.read_yaml_mapping(config_file))
     for override in overrides:
         config_io.set_dotted(data, *config_io.parse_override(override))
+    for key, value in (values or {}).items():
+        config_io.set_dotted(data, key, value)
     if max_epochs is not None:
         data["max_epochs"] = max_epochs
     if max_updates is not None:  # the limit: epochs too only where given

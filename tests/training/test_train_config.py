@@ -45,3 +45,14 @@ def test_share_all_embeddings_is_a_flag_of_the_transformer_family_and_lands_in_t
         resolved(TrainRequest(model="seq2seq", share_all_embeddings=True))
     assert str(refused.value) == ("--share-all-embeddings: model seq2seq embeds each language on its own; "
                                   "the models that can share: transformer, transformer_rel, dbsa, deprel")
+
+
+def test_a_commands_typed_flags_reach_the_config_as_they_are_after_set_and_are_validated_there():
+    from platform.errors import ConfigError
+    from platform.launch.training_run import TrainRequest, resolved
+
+    _, _, config = resolved(TrainRequest(model="dbsa", smoke=True, average_last=2, log_every=7, keep_best=1,
+                                         overrides=["average_last=9", "optim.lr=0.001"]))
+    assert (config.average_last, config.log_every, config.keep_best, config.optim.lr) == (2, 7, 1, 0.001)
+    with pytest.raises(ConfigError, match="validate_every must be ≥ 1, got 0"):
+        resolved(TrainRequest(model="dbsa", smoke=True, validate_every=0))
