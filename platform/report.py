@@ -20,7 +20,7 @@ from platform import flags
 from platform.errors import run_cli
 from platform.flags import TRACKING_URI_HELP
 from platform.launch.cluster import default_storage_path, storage_uri
-from platform.launch.spaces import knob_names
+from platform.sweeps.spaces import knob_names
 from platform.tracking.comparison import compare
 from platform.tracking.spool import Spool, replay_all, spool_root
 from platform.tracking.store import resolve_tracking_uri

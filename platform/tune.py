@@ -18,7 +18,7 @@ settings) first, its study live in an RDB storage (``optuna-dashboard`` opens it
 runs); ``--scheduler`` (ASHA by default) stops weak trials per epoch, and those are told to
 Optuna as PRUNED (Ray would tell them COMPLETE with their early value, which biases TPE).  With
 ``--confirm K`` the K best configs and the space's baseline are trained again with several
-seeds and scored on test (``launch.confirm``).  The sweep is an MLflow parent run; every trial
+seeds and scored on test (``sweeps.confirm``).  The sweep is an MLflow parent run; every trial
 and confirmation run a child run.  Run from the repository root.
 """
 
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from platform import flags
 from platform.errors import run_cli
 from platform.flags import no_password
-from platform.launch.tuning import SweepRequest, tune
+from platform.sweeps.tuning import SweepRequest, tune
 
 
 def build_parser() -> argparse.ArgumentParser:

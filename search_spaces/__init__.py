@@ -1,7 +1,7 @@
 """Declarative search spaces for ``python -m platform.tune --space NAME`` (docs/architecture.md).
 
 One YAML file per space; ``SPACES`` names them explicitly (no directory scanning).  The format
-and its strict validation live in ``platform/launch/spaces.py``.
+and its strict validation live in ``platform/sweeps/spaces.py``.
 """
 
 from pathlib import Path

@@ -250,8 +250,8 @@ def saved_state(sweep_path: str):
     from ray.tune.search.optuna import OptunaSearch
 
     from platform import compat
-    from platform.launch.optuna_search import restore_scheduler
-    from platform.launch.searcher import SearchSettings, make_scheduler
+    from platform.sweeps.optuna_search import restore_scheduler
+    from platform.sweeps.searcher import SearchSettings, make_scheduler
 
     saved = OptunaSearch()
     try:

@@ -87,8 +87,8 @@ def test_a_ray_whose_optuna_searcher_changed_is_named_at_start(monkeypatch):
     """The internals PruneAwareOptunaSearch relies on, checked loudly (as a newer Ray would fail)."""
     from ray.tune.search.optuna import OptunaSearch
 
-    from platform.launch.searcher import make_searcher
-    from platform.launch.spaces import load_space
+    from platform.sweeps.searcher import make_searcher
+    from platform.sweeps.spaces import load_space
 
     space = load_space("gumbel", "sweep")
     make_searcher(space, seed=0, max_iterations=4)  # this Ray: fine

@@ -7,7 +7,7 @@ import pytest
 
 from platform import train, tune
 from platform.launch.training_run import TrainRequest
-from platform.launch.tuning import SweepRequest
+from platform.sweeps.tuning import SweepRequest
 
 
 @pytest.mark.parametrize("command, request_class, required", [(train, TrainRequest, []),

@@ -69,7 +69,7 @@ def test_the_wheel_holds_every_module_the_search_spaces_and_the_licence(tmp_path
         fields = archive.read(metadata).decode().split("\n\n")[0].splitlines()
         licence = archive.read(f"{dist_info}/licenses/LICENSE") if f"{dist_info}/licenses/LICENSE" in names else b""
     expected = source_files()
-    assert len(expected) > 60 and "platform/launch/sweep.py" in expected and "search_spaces/dbsa.yaml" in expected
+    assert len(expected) > 60 and "platform/sweeps/sweep.py" in expected and "search_spaces/dbsa.yaml" in expected
     assert [name for name in expected if name not in names] == []  # nothing missing
     assert {name.split("/")[0] for name in names} == {*PACKAGES, *MODULES, dist_info}  # and nothing else
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]

@@ -203,7 +203,7 @@ def test_a_study_storage_password_stays_out_of_what_tune_pickles(postgres, monke
     import psycopg
 
     from platform.errors import UserError
-    from platform.launch.study import kept_url, load_study, open_storage
+    from platform.sweeps.study import kept_url, load_study, open_storage
 
     monkeypatch.delenv("PGPASSWORD", raising=False)
     monkeypatch.setenv("NMT_PASSWORD_FILES", str(tmp_path / "pgpass"))
@@ -268,7 +268,7 @@ def test_the_sweeps_callbacks_that_tune_pickles_hold_no_tracking_password(monkey
     import ray.cloudpickle
 
     from platform.errors import UserError
-    from platform.launch.sweep import _close_trial_runs_callback, held_tracking_uri, tracking_uri_of
+    from platform.sweeps.sweep import _close_trial_runs_callback, held_tracking_uri, tracking_uri_of
 
     uri = f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/mlflow"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

@@ -1,7 +1,7 @@
 """One training run on Ray Train V2: open the MLflow run, run a ``TorchTrainer`` of
 ``--workers`` DDP workers (gloo on CPU, nccl with GPUs), close the run (docs/architecture.md).
 
-``platform.train`` calls ``run`` once; every Tune trial of ``launch.sweep`` calls it for its
+``platform.train`` calls ``run`` once; every Tune trial of ``sweeps.sweep`` calls it for its
 own trainer.  What crosses to the workers is one typed ``WorkerSpec`` (its ``TrainConfig``
 validated once, here), not data to load again.
 """

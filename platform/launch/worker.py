@@ -24,7 +24,7 @@ from platform.training.loop import STOPPED_EARLY, UPDATE_METRICS, early_stopping
 from platform.training.step import Diverged
 
 # in the report after which training ends: a sweep hands that one to Tune only after the
-# trainer's fit has returned (launch.sweep.FinalAfterFit)
+# trainer's fit has returned (sweeps.sweep.FinalAfterFit)
 LAST_REPORT = "last_report"
 RUN_ID = "run_id"  # in every report: the MLflow run the sweep closes when Tune ends the trial
 

@@ -1,6 +1,6 @@
 """Paired significance tests of test-set outputs logged to MLflow runs (sacrebleu's
 ``PairedTest``), and the table that shows them: what ``platform.report`` and a sweep's
-confirmation stage (``launch.confirm``) both write.
+confirmation stage (``sweeps.confirm``) both write.
 
 Both tests for BLEU (the tokenizer the runs' own BLEU used) and chrF, every system against the
 first (the baseline) in one test: paired bootstrap resampling (``BOOTSTRAP_SAMPLES``; the mean

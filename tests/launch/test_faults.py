@@ -188,8 +188,8 @@ def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tm
     tests/launch/test_autoscaling.py)."""
     from helpers import study_of
 
-    from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
-    from platform.launch.spaces import load_space
+    from platform.sweeps.searcher import SearchSettings, make_scheduler, make_searcher
+    from platform.sweeps.spaces import load_space
 
     (tmp_path / "grid.yaml").write_text(GRID_SPACE)
     space = load_space(str(tmp_path / "grid.yaml") if searcher_name == "grid" else "dbsa", "smoke")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from platform.data.dataset import PreparedDataset as Dataset
-from platform.launch.spaces import load_space
+from platform.sweeps.spaces import load_space
 from platform.training.config import load_train_config
 from platform.training.context import Context, seed_everything
 from platform.training.loop import LocalHooks, fit

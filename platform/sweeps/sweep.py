@@ -1,6 +1,6 @@
 """A Ray Tune sweep: every trial is a function trainable that runs ``launch.driver.run`` (its
 own ``TorchTrainer``, the Train V2 pattern) with its sampled knobs and seed; the searcher and
-scheduler come from ``launch.searcher``, the live Optuna study's storage from ``launch.study``;
+scheduler come from ``sweeps.searcher``, the live Optuna study's storage from ``sweeps.study``;
 the sweep is an MLflow parent run with a child run per trial.
 
 Knobs carry one name everywhere (``training.config.knob_name``): Optuna's and Tune's parameter
@@ -20,13 +20,13 @@ from platform import compat
 from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orphaned_groups
-from platform.launch.continuation import experiment_name, restore_searcher, under
 from platform.launch.driver import Job, run
-from platform.launch.searcher import SearchSettings, make_scheduler, make_searcher
-from platform.launch.spaces import Space
-from platform.launch.study import kept_url, load_study, open_storage
 from platform.launch.worker import LAST_REPORT, RUN_ID
 from platform.redaction import redact
+from platform.sweeps.continuation import experiment_name, restore_searcher, under
+from platform.sweeps.searcher import SearchSettings, make_scheduler, make_searcher
+from platform.sweeps.spaces import Space
+from platform.sweeps.study import kept_url, load_study, open_storage
 from platform.tracking import runs, store
 from platform.tracking import spool as outage
 from platform.tracking.spool import replay_all, spool_root
@@ -49,7 +49,7 @@ class Sweep:
     time_budget_s: float | None = None  # the search ends cleanly after this much wall time
     study_storage: str = ""  # the live Optuna study's RDB URL
     searcher: Any = None  # this session's searcher, when it made it (not on --resume: Ray restores its own)
-    extension: int = 0  # --extend: this session's Tune experiment is the sweep's extension K (launch.continuation)
+    extension: int = 0  # --extend: this session's Tune experiment is the sweep's extension K (sweeps.continuation)
     session_trials: int = 0  # of run_sweep's results, the last this many are this session's experiment's
     relay: Any = None  # the MLflow relay's handle, held while the sweep runs (tracking.relay.start_relay)
 

@@ -11,7 +11,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
 from platform import flags
 from platform.errors import ConfigError, UserError
-from platform.launch.searcher import (
+from platform.sweeps.searcher import (
     SearchSettings,
     check_settings,
     grid_size,
@@ -19,9 +19,9 @@ from platform.launch.searcher import (
     make_scheduler,
     make_searcher,
 )
-from platform.launch.spaces import load_space
-from platform.launch.study import MIN_COMPLETE, importance_study, study_plots
-from platform.launch.summary import mark_pareto_front
+from platform.sweeps.spaces import load_space
+from platform.sweeps.study import MIN_COMPLETE, importance_study, study_plots
+from platform.sweeps.summary import mark_pareto_front
 
 
 def test_each_searcher_is_the_optuna_sampler_it_names_and_seeded():
@@ -195,7 +195,7 @@ def test_a_trial_run_no_tune_trial_owns_is_closed_as_lost_and_no_other(tmp_path)
     another sweep's run are left as they are (real MLflow store)."""
     from mlflow.tracking import MlflowClient
 
-    from platform.launch.sweep import LOST, end_lost_trials
+    from platform.sweeps.sweep import LOST, end_lost_trials
     from platform.tracking import runs
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orphaned_groups
-from platform.launch.continuation import experiment_name, under
 from platform.launch.driver import Job, run
-from platform.launch.spaces import RECIPE_KNOB
 from platform.scoring import METRICS
+from platform.sweeps.continuation import experiment_name, under
+from platform.sweeps.spaces import RECIPE_KNOB
 from platform.tracking import runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs

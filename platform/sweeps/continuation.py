@@ -90,7 +90,7 @@ def same_objectives(source_objectives: str | None, space) -> None:
 
 def carry_trials(source, target, space) -> Carried:
     """Add the finished trials of the study ``source`` to the study ``target`` where they fit
-    ``space`` (``launch.spaces.Space``), as ``Study.add_trials`` does: parameters replayed
+    ``space`` (``sweeps.spaces.Space``), as ``Study.add_trials`` does: parameters replayed
     through the space, values, state and the values reported each epoch kept."""
     import optuna
     from optuna.trial import TrialState, create_trial

@@ -5,8 +5,8 @@ from helpers import run_in_process, study_of
 
 from models import build_model
 from platform.errors import ConfigError, UserError
-from platform.launch.searcher import make_searcher
-from platform.launch.spaces import load_space
+from platform.sweeps.searcher import make_searcher
+from platform.sweeps.spaces import load_space
 from platform.training.config import load_train_config
 from search_spaces import SPACES
 
@@ -128,7 +128,7 @@ def test_dry_run_and_unknown_space_on_the_command_line(capsys):
 
 
 def _asha(max_epochs: int):
-    from platform.launch.searcher import SearchSettings, make_scheduler
+    from platform.sweeps.searcher import SearchSettings, make_scheduler
 
     scheduler = make_scheduler(SearchSettings(), max_epochs)
     scheduler.set_search_properties("dev_bleu", "max")
@@ -171,7 +171,7 @@ def test_ashas_rungs_are_saved_with_the_searcher_and_restored_into_a_fresh_sched
 
 def test_the_best_config_never_comes_from_a_failed_trial():
     """Rows come sorted by the metric whatever the status; a failed trial's partial score may top them."""
-    from platform.launch.summary import best_row
+    from platform.sweeps.summary import best_row
 
     rows = [{"trial": "failed", "status": "ERROR", "dev_bleu": 50.0},
             {"trial": "pruned", "status": "PRUNED", "dev_bleu": 10.0},

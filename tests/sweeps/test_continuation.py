@@ -8,9 +8,9 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from platform.errors import UserError
-from platform.launch.continuation import carry_trials
-from platform.launch.spaces import load_space
-from platform.launch.tuning import SweepRequest, check_continuation
+from platform.sweeps.continuation import carry_trials
+from platform.sweeps.spaces import load_space
+from platform.sweeps.tuning import SweepRequest, check_continuation
 
 
 def trial(params: dict, value: float, state=TrialState.COMPLETE):
@@ -64,8 +64,8 @@ def test_extending_a_sweep_with_other_search_flags_is_refused_before_any_work(tm
     (another scheduler, objective, seeds, study storage) are refused, naming what differs."""
     import dataclasses
 
-    from platform.launch.searcher import SearchSettings
-    from platform.launch.tuning import check_extendable
+    from platform.sweeps.searcher import SearchSettings
+    from platform.sweeps.tuning import check_extendable
     from platform.tracking import runs
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
@@ -86,7 +86,7 @@ def test_extending_a_sweep_with_other_search_flags_is_refused_before_any_work(tm
 
 
 def test_an_extensions_experiment_sits_beside_the_sweep_with_a_uris_options_kept():
-    from platform.launch.continuation import experiment_name, under
+    from platform.sweeps.continuation import experiment_name, under
 
     assert under("s3://bucket/ray?endpoint_override=h:9000", experiment_name("s1", 2)) == (
         "s3://bucket/ray/s1-extend-2?endpoint_override=h:9000")

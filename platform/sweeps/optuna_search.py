@@ -1,4 +1,4 @@
-"""Ray's ``OptunaSearch`` and ``Repeater`` as a sweep runs them (``launch.searcher`` builds them).
+"""Ray's ``OptunaSearch`` and ``Repeater`` as a sweep runs them (``sweeps.searcher`` builds them).
 
 ``PruneAwareOptunaSearch`` tells Optuna the trials the scheduler ended early as PRUNED (Ray
 tells them COMPLETE with their early value, which biases TPE), reading OptunaSearch's private

@@ -1,6 +1,6 @@
 """The sweep's searcher and scheduler, as the user chose them (``--search``, ``--scheduler`` or
 the space file's ``search:`` section): an Optuna sampler through Ray's ``OptunaSearch``, its
-study in an RDB storage from the first trial (``launch.study``), and one of Ray Tune's trial
+study in an RDB storage from the first trial (``sweeps.study``), and one of Ray Tune's trial
 schedulers.
 
     searcher   tpe (default) | random | grid | cmaes | qmc        Optuna's samplers, seeded
@@ -11,7 +11,7 @@ HyperBand bracket, Li et al. 2020), not the synchronous ``HyperBandScheduler``: 
 one pauses trials at each rung and restarts them later, which a trial that runs its own Ray
 Train trainer does not survive cleanly, and Ray's own docs recommend the asynchronous one.
 
-The searcher (``launch.optuna_search``) tells Optuna the trials the scheduler ended early as
+The searcher (``sweeps.optuna_search``) tells Optuna the trials the scheduler ended early as
 PRUNED, and keeps the scheduler's state and the seed repeats' grouping across ``--resume``
 (Ray saves and restores the searcher with the experiment, but not the scheduler: ray#30838).
 ``--seeds-per-config N`` wraps it in Ray's ``Repeater``: each sampled config trained with N
@@ -106,7 +106,7 @@ def make_sampler(settings: SearchSettings, space, seed: int):
 
 def make_searcher(space, seed: int, max_iterations: int, scheduler=None, settings: SearchSettings | None = None,
                   storage=None, study_name: str | None = None, seeds_per_config: int = 1, first_points: bool = True):
-    """The sweep's searcher over ``space`` (a ``launch.spaces.Space``): its first points (the
+    """The sweep's searcher over ``space`` (a ``sweeps.spaces.Space``): its first points (the
     papers' settings) first (not for ``grid``, which is the whole sweep), then the sampler of
     ``settings`` seeded with ``seed``; its study in ``storage`` (an Optuna ``BaseStorage``;
     None: in memory) as ``study_name``.  With ``scheduler`` the scheduler's state is saved and
@@ -114,7 +114,7 @@ def make_searcher(space, seed: int, max_iterations: int, scheduler=None, setting
     with that many seeds (the trial config's ``__trial_index__``).  Without ``first_points`` (a
     searcher whose saved state is restored next) the first points are not queued in the study
     again (Ray's OptunaSearch enqueues them there when it is made)."""
-    from platform.launch.optuna_search import PruneAwareOptunaSearch, SeedRepeater
+    from platform.sweeps.optuna_search import PruneAwareOptunaSearch, SeedRepeater
 
     settings = settings or SearchSettings()
     objectives = space.objectives

@@ -21,7 +21,7 @@ the rule every config uses), and ``recipe: NAME`` stands for that paper recipe's
 (``training/recipes.py``); keys written next to it win.  An optional top-level ``recipe``
 names the recipe the trials' base config starts from (default: the model's own); ``baseline``
 names the recipe the confirmation stage compares with (``--confirm``); ``search`` sets the
-searcher and scheduler (``launch.searcher.SearchSettings``; flags win); ``objectives`` (a list of
+searcher and scheduler (``sweeps.searcher.SearchSettings``; flags win); ``objectives`` (a list of
 ``{metric, mode}``) makes the sweep multi-objective, its first being the scheduler's metric.
 
 ``load_space`` reads the file once and keeps it, with the trials' base config (as data and
@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from platform import config as config_io
 from platform.errors import ConfigError, UserError
-from platform.launch.searcher import SearchSettings
+from platform.sweeps.searcher import SearchSettings
 from platform.training import recipes
 from platform.training.config import TrainConfig, knob_key, knob_name, load_train_config, resolve
 

@@ -1,11 +1,11 @@
-"""Where a sweep's time went (``launch.summary.time_shares``), from the metrics its trials report."""
+"""Where a sweep's time went (``sweeps.summary.time_shares``), from the metrics its trials report."""
 
 from dataclasses import dataclass
 
 import pandas as pd
 import pytest
 
-from platform.launch.summary import time_line, time_shares
+from platform.sweeps.summary import time_line, time_shares
 
 
 @dataclass

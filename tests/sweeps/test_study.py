@@ -2,7 +2,7 @@
 
 import optuna
 
-from platform.launch.study import save_study, study_plots
+from platform.sweeps.study import save_study, study_plots
 
 
 def a_study() -> optuna.Study:
@@ -45,7 +45,7 @@ def test_optunas_plots_are_drawn_even_for_a_study_of_one_trial(tmp_path):
 
 
 def test_the_contour_plot_pairs_the_three_most_important_knobs_else_the_first_three():
-    from platform.launch.study import contour_knobs, importance_study
+    from platform.sweeps.study import contour_knobs, importance_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=3))
@@ -65,7 +65,7 @@ def test_a_sweep_on_uri_storage_logs_its_study_and_keeps_no_scratch_copy(tmp_pat
     and the scratch directory goes (a real MLflow store; nothing is written to the URI itself)."""
     from mlflow.tracking import MlflowClient
 
-    from platform.launch.study import log_study
+    from platform.sweeps.study import log_study
     from platform.tracking import runs
     from platform.tracking.logger import RunLogger
 

@@ -5,8 +5,8 @@
    here, after printing the space and one sampled config);
 2. the set-up: the tracking store, the sweep's name and storage, Ray, every trial's job, the
    MLflow parent run;
-3. the search (``launch.sweep``), then its summary on the parent run (``launch.summary``);
-4. with ``--confirm K``, the confirmation on test (``launch.confirm``);
+3. the search (``sweeps.sweep``), then its summary on the parent run (``sweeps.summary``);
+4. with ``--confirm K``, the confirmation on test (``sweeps.confirm``);
 5. the parent run closed, and the closing lines.
 """
 
@@ -34,14 +34,15 @@ from platform.launch.cluster import (
     start_ray,
     storage_uri,
 )
-from platform.launch.confirm import Confirmation, confirmation_lines, run_confirmation
-from platform.launch.console import console_log_path, make_console, quiet_logging
-from platform.launch.continuation import Carried, carry_trials, extensions, same_objectives
 from platform.launch.driver import Job
-from platform.launch.searcher import SCHEDULERS, SEARCHERS, SearchSettings, check_settings, grid_size
-from platform.launch.spaces import Space, load_space
-from platform.launch.study import default_storage_url, load_study, open_storage
-from platform.launch.summary import (
+from platform.redaction import redact
+from platform.sweeps.confirm import Confirmation, confirmation_lines, run_confirmation
+from platform.sweeps.console import console_log_path, make_console, quiet_logging
+from platform.sweeps.continuation import Carried, carry_trials, extensions, same_objectives
+from platform.sweeps.searcher import SCHEDULERS, SEARCHERS, SearchSettings, check_settings, grid_size
+from platform.sweeps.spaces import Space, load_space
+from platform.sweeps.study import default_storage_url, load_study, open_storage
+from platform.sweeps.summary import (
     best_row,
     closing_lines,
     log_summary,
@@ -50,8 +51,7 @@ from platform.launch.summary import (
     time_line,
     time_shares,
 )
-from platform.launch.sweep import Sweep, existing_sweep, parent_run, run_sweep, trial_run_tags
-from platform.redaction import redact
+from platform.sweeps.sweep import Sweep, existing_sweep, parent_run, run_sweep, trial_run_tags
 from platform.tracking import runs
 from platform.tracking.registry import Registered, check_model_name, register
 from platform.tracking.relay import start_relay
@@ -322,7 +322,7 @@ def source_objectives(tracking_uri: str, request: SweepRequest) -> str | None:
 
 def warm_start(sweep: Sweep, source) -> Carried:
     """The new sweep's study, made now with its objectives' directions, holding the source's
-    trials that fit its space (``launch.continuation.carry_trials``)."""
+    trials that fit its space (``sweeps.continuation.carry_trials``)."""
     import optuna
 
     directions = ["maximize" if mode == "max" else "minimize" for _, mode in sweep.space.objectives]
