@@ -101,7 +101,7 @@ def main() -> int:
 
 def _sweep_config(work: Path) -> Path:
     """The sweep preset's model and batching, as a config file for platform.train."""
-    from platform import config as config_io
+    from platform import config_io
     from platform.training.config import resolve_config
 
     config = resolve_config("dbsa", "sweep")

@@ -20,8 +20,7 @@ from models import MODELS
 from models.ensemble import Ensemble
 from models.inputs import Source
 from models.search import beam_search, best_hypotheses
-from platform import atomic
-from platform import config as config_io
+from platform import atomic, config_io
 from platform.data.conllu import Sentence
 from platform.data.encode import PrepareConfig, encode_table, side_columns
 from platform.data.examples import ParquetExamples, pad, pad_tree_parents

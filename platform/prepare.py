@@ -20,8 +20,7 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 
-from platform import config as config_io
-from platform import flags
+from platform import config_io, flags
 from platform.data import dataset as ds
 from platform.data import demo
 from platform.data.builtin import prepare_demo

@@ -111,7 +111,7 @@ def tiny_config(name: str = "dbsa", **extra: Any):
     """The TrainConfig of a tiny run: what ``platform.train --model NAME --smoke`` resolves,
     with ``TINY_MODEL`` and ``TINY_RUN``, then ``extra`` merged section by section
     (``optim={"lr": 1e-9}`` keeps the other optim settings; ``model={"d_model": 64}`` too)."""
-    from platform import config as config_io
+    from platform import config_io
     from platform.training.config import load_train_config, resolve
 
     data = resolve(name, "smoke")

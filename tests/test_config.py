@@ -5,7 +5,7 @@ from typing import Literal
 
 import pytest
 
-from platform import config as cfg
+from platform import config_io as cfg
 from platform.data.encode import PrepareConfig
 from platform.errors import ConfigError
 

@@ -20,7 +20,7 @@ import torch
 from helpers import ROOT, free_port, run_in_process, run_module, tiny_config, wait_for
 from servers import MlflowServer
 
-from platform import config as config_io
+from platform import config_io
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.errors import ConfigError
 from platform.training.checkpoint import IncompatibleCheckpoint, load_checkpoint

@@ -13,7 +13,7 @@ def test_platform_is_our_package_with_the_stdlib_api_under_pytest():
     assert platform.machine()
     assert platform.python_implementation() == "CPython"
     assert pickle.loads(pickle.dumps(platform.uname())) == platform.uname()
-    import platform.config
+    import platform.config_io
 
 
 def test_platform_works_under_python_dash_m():
@@ -31,11 +31,11 @@ def test_platform_works_in_a_ray_worker(ray_cluster):
     @ray.remote
     def probe():
         import platform
-        import platform.config  # our package, from the uploaded working_dir
+        import platform.config_io  # our package, from the uploaded working_dir
 
-        return platform.system(), platform.__file__.endswith("platform/__init__.py"), platform.config.__name__
+        return platform.system(), platform.__file__.endswith("platform/__init__.py"), platform.config_io.__name__
 
-    assert ray.get(probe.remote()) == ("Linux", True, "platform.config")
+    assert ray.get(probe.remote()) == ("Linux", True, "platform.config_io")
 
 
 def test_the_nmt_command_runs_the_commands_from_any_directory(tmp_path):

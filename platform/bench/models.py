@@ -28,7 +28,7 @@ from platform.bench.common import (
     median_ratio,
     peak_flops,
 )
-from platform.data.batch import Batch
+from platform.data.tensors import Batch
 from platform.training.config import OptimConfig, TrainConfig
 from platform.training.context import Context
 from platform.training.step import build_optimizer, train_step

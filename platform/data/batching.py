@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from platform.data.batch import Batch
 from platform.data.examples import Examples
 from platform.data.packing import collate_packed
+from platform.data.tensors import Batch
 
 
 @dataclass(frozen=True, kw_only=True)

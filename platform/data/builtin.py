@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform import config as config_io
+from platform import config_io
 from platform.data import dataset as ds
 from platform.data import demo, storage
 from platform.data.encode import Log, PrepareConfig, check_output, prepare

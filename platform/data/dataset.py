@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 
 from platform import atomic
 from platform.data import storage
-from platform.data.batch import LIST_COLUMNS, TEXT_COLUMNS
 from platform.data.examples import Examples, ParquetExamples
+from platform.data.tensors import LIST_COLUMNS, TEXT_COLUMNS
 from platform.errors import UserError
 
 SPLITS = ("train", "dev", "test")

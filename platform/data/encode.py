@@ -26,8 +26,7 @@ import sentencepiece
 from tqdm import tqdm
 
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from platform import atomic
-from platform import config as config_io
+from platform import atomic, config_io
 from platform.data import dataset as ds
 from platform.data import storage
 from platform.data.conllu import Sentence, iter_conllu

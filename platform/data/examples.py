@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from platform.data.batch import LIST_COLUMNS, PAD_VALUES, TEXT_COLUMNS, Batch, round_up
+from platform.data.tensors import LIST_COLUMNS, PAD_VALUES, TEXT_COLUMNS, Batch, round_up
 
 
 class Examples:

@@ -49,8 +49,8 @@ import pyarrow.parquet as pq
 
 from platform import atomic
 from platform.data import storage
-from platform.data.batch import LIST_COLUMNS
 from platform.data.examples import Examples
+from platform.data.tensors import LIST_COLUMNS
 from platform.errors import UserError
 from platform.redaction import redact
 

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, Packing
-from platform.data.batch import HEAD_COLUMNS, LIST_COLUMNS, PAD_VALUES, Batch, PackedRows, round_up
+from platform.data.tensors import HEAD_COLUMNS, LIST_COLUMNS, PAD_VALUES, Batch, PackedRows, round_up
 
 if TYPE_CHECKING:
     from platform.data.examples import Examples

@@ -10,8 +10,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from platform.data.batch import Batch
 from platform.data.batching import ShardedBatches
+from platform.data.tensors import Batch
 
 
 class Prefetched:

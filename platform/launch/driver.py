@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from platform import config as config_io
+from platform import config_io
 from platform.data import dataset as ds
 from platform.data.storage import locate
 from platform.errors import UserError

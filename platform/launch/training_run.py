@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from models import MODELS
-from platform import config as config_io
+from platform import config_io
 from platform.data.builtin import resolve_dataset
 from platform.data.dataset import read_meta
 from platform.errors import UserError

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from platform import config as config_io
+from platform import config_io
 from platform.errors import ConfigError, UserError
 from platform.sweeps.searcher import SearchSettings
 from platform.training import recipes

@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from platform import atomic
-from platform import config as config_io
+from platform import atomic, config_io
 from platform.data import storage
 from platform.data.builtin import DEMO_DIR
 from platform.sweeps.study import load_study, log_study

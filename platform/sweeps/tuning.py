@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from platform import config as config_io
+from platform import config_io
 from platform.data.builtin import resolve_dataset
 from platform.data.dataset import read_meta
 from platform.errors import UserError

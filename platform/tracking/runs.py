@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from platform import config as config_io
+from platform import config_io
 from platform.errors import UserError
 from platform.redaction import redact, redact_values
 from platform.tracking.artifacts import upload_bytes

@@ -17,8 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from models import build_model
-from platform import atomic
-from platform import config as config_io
+from platform import atomic, config_io
 from platform.data.batching import ShardedBatches
 from platform.data.subwords import SubwordModel
 from platform.errors import ConfigError

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 from models import MODELS
 from models.rnn import RNNConfig
 from models.transformer import TransformerConfig
-from platform import config as config_io
+from platform import config_io
 from platform.data.batching import BatchingConfig
 from platform.errors import ConfigError
 from platform.training import recipes

@@ -16,9 +16,9 @@ from platform.training.loss import loss_sums, parse_targets, teacher_forcing, to
 from platform.training.metrics import head_accuracy, translation_scores
 
 if TYPE_CHECKING:
-    from platform.data.batch import Batch
     from platform.data.examples import ParquetExamples
     from platform.data.subwords import SubwordModel
+    from platform.data.tensors import Batch
 
 
 @dataclass

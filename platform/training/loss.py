@@ -20,7 +20,7 @@ from models.dbsa import IGNORE_INDEX, ParseSupervision, decoder_parse_targets, e
 from models.inputs import BOS_ID, EOS_ID, PAD_ID, ModelOutput, Source
 
 if TYPE_CHECKING:
-    from platform.data.batch import Batch
+    from platform.data.tensors import Batch
 
 def to_source(batch: Batch) -> Source:
     if batch.rows is not None:  # several sentences per row: the rows' used lengths

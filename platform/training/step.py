@@ -24,7 +24,7 @@ from platform.training.context import Context, seed_everything
 from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing, token_losses
 
 if TYPE_CHECKING:
-    from platform.data.batch import Batch
+    from platform.data.tensors import Batch
 
 
 def inverse_sqrt_schedule(warmup_steps: int) -> Callable[[int], float]:

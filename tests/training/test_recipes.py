@@ -86,8 +86,7 @@ def test_every_recipe_value_carries_the_papers_words_or_not_stated(name):
 def test_a_recipe_is_its_papers_training_and_decoding_as_printed(capsys):
     """What ``platform.train --print-config`` prints, from its ``main`` in this process (the CLI as
     a process of its own: test_train_cli_runs_a_recipe_without_a_model_flag)."""
-    from platform import config as config_io
-    from platform import train
+    from platform import config_io, train
 
     def _printed(*args: str) -> str:
         capsys.readouterr()
