@@ -10,7 +10,7 @@ The cluster and one training run (``python -m platform.train``):
   ``TorchTrainer``, close the run); a sweep's trial runs one too.
 - ``worker``: each DDP worker's training (``fit`` with Ray's hooks).
 - ``process_group``: the workers' torch process group, listening on the node address only.
-- ``warm_start``: ``--init-from``, a run's, a registered model's or a file's checkpoint, checked.
+- ``init_from``: ``--init-from``, a run's, a registered model's or a file's checkpoint, checked.
 
 Parsing (``python -m platform.parse``):
 

@@ -17,7 +17,7 @@ from platform.data import dataset as ds
 from platform.data.storage import locate
 from platform.errors import UserError
 from platform.launch.cluster import start_ray
-from platform.launch.warm_start import WarmStart
+from platform.launch.init_from import InitFrom
 from platform.launch.worker import SPEC, WorkerSpec, train_loop_per_worker
 from platform.redaction import redact
 from platform.tracking import runs
@@ -42,7 +42,7 @@ class Job:
     max_failures: int
     started_at: float | None = None  # time.time() of the launch: the first epoch logs startup_s from it
     git_commit: str = ""  # the launching driver's commit (a trial runs in Ray's copy, without .git)
-    init: WarmStart | None = None  # --init-from: the weights the run starts from
+    init: InitFrom | None = None  # --init-from: the weights the run starts from
 
 
 def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags: dict[str, str] | None = None,
@@ -133,7 +133,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
             name=job.run_name, storage_path=str(job.storage_path),
             failure_config=ray.train.FailureConfig(max_failures=job.max_failures),
             # the newest checkpoints, to resume from (the best one goes to MLflow from rank 0)
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=config.keep_last),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=config.resume_checkpoints),
             logging_config=ray.train.LoggingConfig(log_level="ERROR"),  # our own progress lines only
             callbacks=callbacks),
     )

@@ -26,7 +26,7 @@ from platform.launch.cluster import (
     storage_uri,
 )
 from platform.launch.driver import Job, run
-from platform.launch.warm_start import load_warm_start
+from platform.launch.init_from import load_init_from
 from platform.tracking import runs
 from platform.tracking.registry import check_model_name, register
 from platform.tracking.relay import held_relay
@@ -121,7 +121,7 @@ def train_on_ray(request: TrainRequest, model: str, recipe: str, config: TrainCo
     shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
     dataset = resolve_dataset(request.data)
     check_dataset(config, read_meta(dataset), dataset)  # before any training
-    init = (load_warm_start(request.init_from, tracking_uri, str(dataset), config, request.init_optimizer)
+    init = (load_init_from(request.init_from, tracking_uri, str(dataset), config, request.init_optimizer)
             if request.init_from else None)
     job = Job(dataset=reach.dataset_for_every_node(dataset, storage, shared), workers=request.workers, init=init,
               gpus_per_worker=request.gpus_per_worker, cpus_per_worker=cpus, experiment=request.experiment,

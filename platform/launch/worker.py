@@ -42,7 +42,7 @@ class WorkerSpec:
     kept_at: str  # where rank 0 keeps the weights to average and the best N (``training.averaging``)
     spool: str  # where MLflow records wait through an outage (``tracking.spool``)
     started_at: float | None = None  # time.time() of the launch: the first report's startup_s
-    init: dict[str, Any] | None = None  # --init-from: the weights (``launch.warm_start``) to start from
+    init: dict[str, Any] | None = None  # --init-from: the weights (``launch.init_from``) to start from
 
 
 SPEC = "spec"  # the key of the WorkerSpec in ``train_loop_config``

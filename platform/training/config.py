@@ -92,7 +92,7 @@ class TrainConfig:
     log_every: int = 100  # updates between progress lines and train metrics in MLflow (0: none)
     validate_every: int | None = None  # updates between dev validations (None: at the end of each epoch)
     save_every: int | None = None  # updates between checkpoints that skip validation (None: at validations only)
-    keep_last: int = 2  # resume checkpoints kept in the run's storage (Ray's num_to_keep)
+    resume_checkpoints: int = 2  # resume checkpoints kept in the run's storage (Ray's num_to_keep)
     best_metric: Literal["dev_bleu", "dev_chrf", "dev_loss"] = "dev_bleu"  # chooses the best checkpoint
     patience: int | None = None  # stop after this many validations without a better best_metric
     average_last: int = 5  # weights of the last N checkpoints kept, for evaluate --average-last (0: none)
@@ -113,8 +113,9 @@ class TrainConfig:
         for name in ("log_every", "average_last", "keep_best"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {getattr(self, name)}")
-        if self.keep_last < 1:
-            raise ValueError(f"keep_last must be ≥ 1 (the checkpoint to resume from), got {self.keep_last}")
+        if self.resume_checkpoints < 1:
+            raise ValueError(f"resume_checkpoints must be ≥ 1 (the checkpoint to resume from), "
+                             f"got {self.resume_checkpoints}")
         if self.patience is not None and self.patience < 1:
             raise ValueError(f"patience must be ≥ 1 validation (or null: no early stopping), got {self.patience}")
 
@@ -192,7 +193,7 @@ def recipe_training(size: str, recipe: recipes.Recipe) -> dict[str, Any]:
     return {**recipe.training, **(recipe.paper_training if size == "paper" else {})}
 
 
-RENAMED = {"keep_last_epochs": "average_last"}  # configs (a sweep's best_config.yaml, checkpoints) made before
+RENAMED = {"keep_last_epochs": "average_last", "keep_last": "resume_checkpoints"}  # configs made before
 
 
 def load_train_config(data: dict[str, Any]) -> TrainConfig:

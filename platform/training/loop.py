@@ -110,7 +110,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     process also has ``startup_s``, the seconds from the launch to the first update, and
     ``first_step_at`` (its ``time.time()``).
 
-    ``init`` (``launch.warm_start``: ``weights``, optionally ``optimizer`` and ``scheduler``,
+    ``init`` (``launch.init_from``: ``weights``, optionally ``optimizer`` and ``scheduler``,
     and their ``source``) starts a new run from other weights; it is validated before the first
     update (dev metrics at update 0).  A run that resumes from its own checkpoint ignores it."""
     ctx = ctx.with_precision(config.precision)
@@ -126,7 +126,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
         started_at = None  # a restart: its start-up is not the launch's
         log(f"resumed from epoch {progress['epoch']} (update {progress['step']})")
     elif init is not None:
-        warm_start(init, model, optimizer, scheduler)
+        start_from(init, model, optimizer, scheduler)
     run = _Run(model, compiled(hooks.wrap(model), config.compile), optimizer, scheduler, sampler, config, ctx, hooks,
                dataset, progress, log)
     if state is None and init is not None:
@@ -136,7 +136,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
     return progress["history"]
 
 
-def warm_start(init: dict, model, optimizer, scheduler) -> None:
+def start_from(init: dict, model, optimizer, scheduler) -> None:
     """The weights of another run (and its optimiser and schedule, where given)."""
     load_weights(model, init["weights"], f"--init-from {init['source']}")
     if init.get("optimizer") is not None:

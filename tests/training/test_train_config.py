@@ -32,6 +32,7 @@ def test_a_config_written_before_a_key_was_renamed_still_loads(tmp_path):
     old.write_text("keep_last_epochs: 3\n")
     assert resolve_config("dbsa", "cpu", config_file=str(old)).average_last == 3
     assert resolve_config("dbsa", "cpu", overrides=["keep_last_epochs=2"]).average_last == 2
+    assert resolve_config("dbsa", "cpu", overrides=["keep_last=3"]).resume_checkpoints == 3  # Ray's, renamed
 
 
 def test_share_all_embeddings_is_a_flag_of_the_transformer_family_and_lands_in_the_config():

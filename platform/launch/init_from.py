@@ -27,7 +27,7 @@ RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True)
-class WarmStart:
+class InitFrom:
     source: str  # as the user gave it
     weights: dict
     optimizer: dict | None  # with the scheduler: only when asked to continue them
@@ -47,8 +47,8 @@ class WarmStart:
         return tags
 
 
-def load_warm_start(source: str, tracking_uri: str, dataset: str, config: TrainConfig,
-                    keep_optimizer: bool = False) -> WarmStart:
+def load_init_from(source: str, tracking_uri: str, dataset: str, config: TrainConfig,
+                    keep_optimizer: bool = False) -> InitFrom:
     """Fetch and check ``source`` against ``dataset`` (a prepared dataset's location) and ``config``."""
     with tempfile.TemporaryDirectory(prefix="nmt-init-") as scratch:
         path, run_id, model_id = _fetch(source, tracking_uri, Path(scratch))
@@ -58,7 +58,7 @@ def load_warm_start(source: str, tracking_uri: str, dataset: str, config: TrainC
             raise UserError(f"--init-from {source}: not a checkpoint this code can load "
                             f"({' '.join(str(error).split())[:200]})") from None
     check_fits(state, source, dataset, config)
-    return WarmStart(source, state["model"], state["optimizer"] if keep_optimizer else None,
+    return InitFrom(source, state["model"], state["optimizer"] if keep_optimizer else None,
                      state["scheduler"] if keep_optimizer else None, run_id, model_id)
 
 
