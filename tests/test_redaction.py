@@ -268,11 +268,12 @@ def test_the_sweeps_callbacks_that_tune_pickles_hold_no_tracking_password(monkey
     import ray.cloudpickle
 
     from platform.errors import UserError
-    from platform.sweeps.sweep import _close_trial_runs_callback, held_tracking_uri, tracking_uri_of
+    from platform.sweeps.callbacks import CloseTrialRuns
+    from platform.sweeps.trial_runs import held_tracking_uri, tracking_uri_of
 
     uri = f"postgresql://nmt:{PLANTED}@127.0.0.1:5432/mlflow"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    callback = _close_trial_runs_callback(uri, "sweep", "0123abcd", 4, "/tmp/runs/mlflow-spool")
+    callback = CloseTrialRuns(uri, "sweep", "0123abcd", 4, "/tmp/runs/mlflow-spool")
     assert PLANTED.encode() not in ray.cloudpickle.dumps(callback)
     assert tracking_uri_of(held_tracking_uri(uri)) == uri
     assert held_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"

@@ -157,6 +157,8 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
     setup = ConfirmSetup(candidates=chosen, entries=entries, recipes=[_recipe(sweep, c) for c in chosen],
                          job=sweep.job, sweep=sweep.name, parent_run_id=sweep.parent_run_id)
     trainable = ray.tune.with_resources(ray.tune.with_parameters(confirm_trial, setup=setup), {"CPU": DRIVER_CPU})
+    from platform.sweeps.callbacks import ConfirmProgress  # Ray Tune: heavy, where a sweep runs
+
     path = under(str(sweep.job.storage_path), f"{experiment_name(sweep.name, sweep.extension)}-{STAGE}")
     if resume and ray.tune.Tuner.can_restore(path):
         tuner = ray.tune.Tuner.restore(path, trainable=trainable, resume_errored=True)
@@ -167,7 +169,7 @@ def run_confirmation(sweep, rows: list[dict[str, Any]], k: int, seeds: int, resu
             run_config=ray.tune.RunConfig(name=f"{experiment_name(sweep.name, sweep.extension)}-{STAGE}",
                                           storage_path=str(sweep.job.storage_path),
                                           verbose=None if verbose else 0,
-                                          callbacks=[_progress_callback(chosen, entries)]))
+                                          callbacks=[ConfirmProgress([c.label for c in chosen], entries)]))
     before = placement_group_ids()
     results = tuner.fit()
     release_orphaned_groups(before=before)  # what runs stopped mid-start left reserved
@@ -199,19 +201,6 @@ def best_by_dev(sweep, run_ids: list[str]) -> str:
 
 def _recipe(sweep, candidate: Candidate) -> str:
     return sweep.space.spec.baseline if candidate.is_baseline else sweep.space.recipe_of(candidate.knobs)
-
-
-def _progress_callback(chosen: list[Candidate], entries: list[dict[str, int]]):
-    import ray.tune
-
-    class Progress(ray.tune.Callback):
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            entry, result = entries[trial.config["entry"]], trial.last_result or {}
-            if "test_bleu" in result:
-                print(f"confirmed {chosen[entry['index']].label}, seed {entry['seed']}: test BLEU "
-                      f"{result['test_bleu']:.2f}, chrF {result['test_chrf']:.2f}", flush=True)
-
-    return Progress()
 
 
 def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, int], str], seeds: int) -> Confirmation:

@@ -15,13 +15,12 @@ import os
 import re
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from platform.redaction import RedactingFormatter, RedactingStream, redact
 from platform.tracking.tables import format_table, number
-from platform.training.loop import STOPPED_EARLY, trial_status
+from platform.training.loop import trial_status
 from platform.training.metrics import SHOWN, shown
 
 QUIET_LOGGERS = ("ray", "mlflow", "alembic", "optuna")  # their console output goes to the log file
@@ -110,54 +109,6 @@ def epoch_text(result: dict[str, Any], max_epochs: int) -> str:
     parts += [f"{key} {SHOWN[key].format(result[key])}" for key in shown("progress")
               if isinstance(result.get(key), (int, float)) and math.isfinite(result[key])]
     return "  ".join(parts)
-
-
-def make_console(knobs: list[str], metric: str, max_epochs: int, table_every_s: float = 180.0):
-    """A Tune callback that prints the sweep's console (see the module docstring).  It holds no
-    stream (Tune pickles its callbacks with the experiment, for ``--resume``)."""
-    import ray.tune
-
-    class SweepConsole(ray.tune.Callback):
-        def __init__(self) -> None:
-            self.started = time.monotonic()
-            self.last_table = self.started
-
-        def setup(self, **info) -> None:  # also after --resume, which unpickles this callback
-            self.started = time.monotonic()
-            self.last_table = self.started
-
-        def _print(self, line: str) -> None:
-            print(line, file=sys.stdout, flush=True)
-
-        def _elapsed(self) -> str:
-            seconds = int(time.monotonic() - self.started)
-            return f"{seconds // 60:3d}:{seconds % 60:02d}"
-
-        def on_trial_start(self, iteration, trials, trial, **info):
-            self._print(f"[{self._elapsed()}] trial {trial.trial_id} started   {knob_text(trial.config, knobs)}")
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            self._print(f"[{self._elapsed()}] trial {trial.trial_id} {epoch_text(result, max_epochs)}")
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            result = trial.last_result or {}
-            epochs = int(result.get("training_iteration", 0))
-            finished = trial_status(result, max_epochs) == "COMPLETE"
-            how = ("finished" if finished and not result.get(STOPPED_EARLY) else
-                   f"stopped early after epoch {epochs} (patience)" if finished else
-                   f"stopped by the scheduler after epoch {epochs}")
-            self._print(f"[{self._elapsed()}] trial {trial.trial_id} {how}")
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            self._print(f"[{self._elapsed()}] trial {trial.trial_id} FAILED: {first_error_line(trial)}")
-
-        def on_step_end(self, iteration, trials, **info):
-            now = time.monotonic()
-            if now - self.last_table >= table_every_s and trials:
-                self.last_table = now
-                self._print(f"[{self._elapsed()}] trials so far:\n{live_table(trials, knobs, metric, max_epochs)}")
-
-    return SweepConsole()
 
 
 def live_table(trials, knobs: list[str], metric: str, max_epochs: int) -> str:

@@ -12,7 +12,8 @@ from platform import atomic, config_io
 from platform.data import storage
 from platform.data.builtin import DEMO_DIR
 from platform.sweeps.study import load_study, log_study
-from platform.sweeps.sweep import Sweep, trial_run_tags, trial_seed
+from platform.sweeps.sweep import Sweep, trial_seed
+from platform.sweeps.trial_runs import trial_run_tags
 from platform.tracking import plots, relay, runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.tables import format_table, to_csv

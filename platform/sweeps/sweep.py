@@ -21,17 +21,17 @@ from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orphaned_groups
 from platform.launch.driver import Job, run
-from platform.launch.worker import LAST_REPORT, RUN_ID
+from platform.launch.worker import LAST_REPORT
 from platform.redaction import redact
 from platform.sweeps.continuation import experiment_name, restore_searcher, under
 from platform.sweeps.searcher import SearchSettings, make_scheduler, make_searcher
 from platform.sweeps.spaces import Space
 from platform.sweeps.study import kept_url, load_study, open_storage
+from platform.sweeps.trial_runs import trial_run_tags
 from platform.tracking import runs, store
 from platform.tracking import spool as outage
 from platform.tracking.spool import replay_all, spool_root
 from platform.training.config import load_train_config
-from platform.training.loop import trial_status
 
 
 @dataclass
@@ -111,7 +111,9 @@ def run_trial(sampled: dict[str, Any], setup: TrialSetup) -> None:
     config = load_train_config(data)  # validated once, in the trial
     job = dataclasses.replace(setup.job, run_name=f"{setup.sweep}-{trial_id}", started_at=started_at)
     tags = {"trial_id": trial_id, "sweep": setup.sweep, "space": space.name, "recipe": space.recipe_of(knobs)}
-    run(config, job, parent_run_id=setup.parent_run_id, tags=tags, callbacks=[final_after_fit_callback()],
+    from platform.sweeps.callbacks import FinalAfterFit  # Ray Tune: heavy, in the trial only
+
+    run(config, job, parent_run_id=setup.parent_run_id, tags=tags, callbacks=[FinalAfterFit()],
         reuse=trial_run_tags(setup.parent_run_id, trial_id), after_fit=report_last)
 
 
@@ -125,112 +127,6 @@ def report_last(result) -> None:
     if result is not None and result.metrics and result.metrics.get(LAST_REPORT):
         path = {CHECKPOINT_PATH_KEY: result.checkpoint.path} if result.checkpoint else {}
         ray.tune.report({**result.metrics, **path})
-
-
-def final_after_fit_callback():
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    class FinalAfterFit(TuneReportCallback):
-        """Ray's ``TuneReportCallback``, but the report after which training ends (``LAST_REPORT``)
-        waits for ``fit`` to return (``report_last``).  Tune stops a trial on the result that
-        reaches the scheduler's ``max_t``; were that result seen before the Train controller had
-        shut down, Tune would kill the trial with its controller, and the controller's request
-        to Ray's autoscaler for the trial's GPUs would stand until it expires (180 s), keeping
-        the nodes of an ended sweep up that long."""
-
-        def after_report(self, run_context, metrics, checkpoint):
-            if not metrics[0].get(LAST_REPORT):
-                super().after_report(run_context, metrics, checkpoint)
-
-    return FinalAfterFit()
-
-
-def trial_run_tags(parent_run_id: str, trial_id: str) -> dict[str, str]:
-    """The tags that identify a trial's MLflow run: its sweep's parent run and its Tune trial id
-    (a trial id alone may recur in another sweep of the experiment)."""
-    return {"mlflow.parentRunId": parent_run_id, "trial_id": trial_id}
-
-
-TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
-
-
-def held_tracking_uri(tracking_uri: str) -> str | None:
-    """What a callback that Ray Tune pickles into the sweep's saved state may hold of the tracking
-    URI: the URI, or None where it carries a credential.  Such a URI can only come from
-    ``$MLFLOW_TRACKING_URI`` (the command line refuses one), where ``tracking_uri_of`` reads it
-    when it is needed, in the driver's process."""
-    if redact(tracking_uri) == tracking_uri:
-        return tracking_uri
-    if os.environ.get(TRACKING_URI_ENV) != tracking_uri:
-        raise UserError(f"{redact(tracking_uri)}: a tracking URI with a password is read from ${TRACKING_URI_ENV} "
-                        f"only (what Ray Tune saves must not hold it)")
-    return None
-
-
-def tracking_uri_of(held: str | None) -> str:
-    return held if held is not None else os.environ[TRACKING_URI_ENV]
-
-
-def _close_trial_runs_callback(tracking_uri: str, experiment: str, parent_run_id: str, max_iterations: int,
-                               spool: str):
-    import ray.tune
-
-    held = held_tracking_uri(tracking_uri)
-    del tracking_uri  # the callback is pickled: it keeps ``held`` only
-
-    class CloseTrialRuns(ray.tune.Callback):
-        """A trial stopped by ASHA is killed mid-training: its MLflow run is closed here, on the
-        driver, as FINISHED with ``pruned=true`` (never left RUNNING), before Tune tears the
-        trial down (``spool.closing``: the driver's word is final).  During a tracking outage the
-        closing is kept in the run's spool after the trial's own records (``spool.close``), so
-        Tune's event loop, where the other trials' results, ASHA's decisions and new trials'
-        starts happen, never waits on MLflow; the sweep delivers it once the server is back."""
-
-        def __init__(self):
-            super().__init__()
-            self.kept: list[str] = []  # the runs whose closing waits in the spool for the server
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            if self.kept:  # a server back from an outage gets the closings at once, not at the sweep's end
-                self.kept = outage.deliver(tracking_uri_of(held), spool, self.kept)
-
-        def on_trial_complete(self, iteration, trials, trial, **info):
-            self._close(trial, error=None)
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            self._close(trial, error=f"trial {trial.trial_id} failed (see Ray logs)")
-
-        def _close(self, trial, error):
-            pruned = error is None and trial_status(trial.last_result, max_iterations) == "PRUNED"
-            try:
-                kept = close_trial_run(tracking_uri_of(held), experiment, parent_run_id, trial.trial_id,
-                                       (trial.last_result or {}).get(RUN_ID), outage.closing(pruned, error), spool)
-            except Exception as failure:  # noqa: BLE001 - one trial's bookkeeping must not end the others'
-                print(f"warning: the close of trial {trial.trial_id}'s run failed: {redact(str(failure))}",
-                      flush=True)
-                return
-            self.kept += [kept] if kept else []
-
-    return CloseTrialRuns()
-
-
-def close_trial_run(tracking_uri: str, experiment: str, parent_run_id: str, trial_id: str, run_id: str | None,
-                    record: outage.Record, spool: str) -> str | None:
-    """``record`` (the sweep's closing) sent to the trial's run ``run_id`` (the one its reports
-    name, else found by its tags) after what the trial kept in ``spool``, or kept there while the
-    store is down (returns the run id then).  A trial that never reported, during an outage,
-    closes its run itself (its end is kept in the spool when the store does not answer)."""
-    if run_id is None:
-        if outage.store_down(tracking_uri) is not None:
-            return None
-        run_id = runs.find_run(tracking_uri, experiment, trial_run_tags(parent_run_id, trial_id))
-        if run_id is None:
-            return None
-    if outage.close(tracking_uri, run_id, record, spool):
-        return None
-    print(f"MLflow at {redact(tracking_uri)} does not answer: the close of trial {trial_id}'s run ({run_id}) is "
-          f"kept in {outage.Spool(spool)}; it is delivered once the server answers", flush=True)
-    return run_id
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -329,7 +225,9 @@ def end_stopped_trials(sweep: Sweep, results) -> None:
 
 
 def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):
-    import ray.tune
+    import ray.tune  # Ray Tune: heavy, where a sweep runs
+
+    from platform.sweeps.callbacks import CloseTrialRuns
 
     objectives = sweep.space.objectives
     # several objectives: Tune has no one metric, the scheduler takes the first; an extension's
@@ -351,7 +249,7 @@ def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool)
         run_config=ray.tune.RunConfig(
             name=experiment_name(sweep.name, sweep.extension), storage_path=str(sweep.job.storage_path),
             verbose=None if verbose else 0,
-            callbacks=[_close_trial_runs_callback(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id,
+            callbacks=[CloseTrialRuns(sweep.tracking_uri, sweep.experiment, sweep.parent_run_id,
                                                   sweep.max_epochs, sweep.spool),
                        *callbacks]),
     )

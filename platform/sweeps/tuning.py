@@ -37,7 +37,7 @@ from platform.launch.cluster import (
 from platform.launch.driver import Job
 from platform.redaction import redact
 from platform.sweeps.confirm import Confirmation, confirmation_lines, run_confirmation
-from platform.sweeps.console import console_log_path, make_console, quiet_logging
+from platform.sweeps.console import console_log_path, quiet_logging
 from platform.sweeps.continuation import Carried, carry_trials, extensions, same_objectives
 from platform.sweeps.searcher import SCHEDULERS, SEARCHERS, SearchSettings, check_settings, grid_size
 from platform.sweeps.spaces import Space, load_space
@@ -51,7 +51,8 @@ from platform.sweeps.summary import (
     time_line,
     time_shares,
 )
-from platform.sweeps.sweep import Sweep, existing_sweep, parent_run, run_sweep, trial_run_tags
+from platform.sweeps.sweep import Sweep, existing_sweep, parent_run, run_sweep
+from platform.sweeps.trial_runs import trial_run_tags
 from platform.tracking import runs
 from platform.tracking.registry import Registered, check_model_name, register
 from platform.tracking.relay import start_relay
@@ -362,7 +363,9 @@ def announce(sweep: Sweep, log_file: Path | None) -> None:
 def search_and_confirm(sweep: Sweep, request: SweepRequest) -> Outcome:
     """Search, summarise on the parent run, confirm on test if asked, and close the parent run:
     FAILED with the error if anything raised (or no trial finished), else FINISHED."""
-    console = [] if request.verbose else [make_console(sweep.space.knobs, sweep.space.spec.metric, sweep.max_epochs)]
+    from platform.sweeps.callbacks import SweepConsole  # Ray Tune: heavy, where a sweep runs
+
+    console = [] if request.verbose else [SweepConsole(sweep.space.knobs, sweep.space.spec.metric, sweep.max_epochs)]
     began = time.time()
     try:
         results = run_sweep(sweep, resume=request.resume, callbacks=console, verbose=request.verbose)

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 from servers import MlflowServer
 
 from platform import report
-from platform.sweeps.sweep import close_trial_run
+from platform.sweeps.trial_runs import close_trial_run
 from platform.tracking import runs
 from platform.tracking import spool as records
 from platform.tracking.logger import RunLogger
