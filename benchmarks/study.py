@@ -155,11 +155,12 @@ def row_config(row: str, seed: int, args):
 
 def run_row(row: str, seed: int, args, dataset: str) -> str:
     """Train one (row, seed); returns the run id."""
-    from platform.data.dataset import DatasetRef
+    from platform.data.dataset import DatasetRef, read_meta
     from platform.launch.driver import Job, run
     from platform.tracking.logger import RunLogger
 
-    job = Job(dataset=DatasetRef(name=dataset, location=dataset), workers=1, gpus_per_worker=args.gpus_per_worker,
+    job = Job(dataset=DatasetRef(name=dataset, location=dataset, meta=read_meta(dataset)), workers=1,
+              gpus_per_worker=args.gpus_per_worker,
               cpus_per_worker=2.0, experiment=args.experiment, tracking_uri=args.tracking_uri,
               run_name=f"{slug(row)}-s{seed}-{int(time.time())}", storage_path=args.storage_path, max_failures=1)
     started = time.time()

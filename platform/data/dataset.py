@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +176,7 @@ class DatasetRef:
 
     name: str
     location: str
+    meta: dict[str, Any] | None = field(default=None, compare=False)  # its meta.json, read once by the driver
 
 
 @dataclass

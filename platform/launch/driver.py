@@ -55,7 +55,7 @@ def run(config: TrainConfig, job: Job, *, parent_run_id: str | None = None, tags
     ``after_fit`` gets Ray Train's Result once the run is closed (a sweep's trial reports its
     last result to Tune there).  Raises ``TrainingFailed`` (after marking the run FAILED) if the
     workers failed for good."""
-    meta = ds.read_meta(job.dataset.location)
+    meta = job.dataset.meta or ds.read_meta(job.dataset.location)  # read once by the command that made the job
     config_yaml = config_io.dump_yaml(config)
     extra = {"model": config.model.name, "workers": job.workers, "gpus_per_worker": job.gpus_per_worker,
              "git_commit": job.git_commit or runs.git_commit(), "dataset_sha256": runs.dataset_sha256(meta),

@@ -18,8 +18,10 @@ from __future__ import annotations
 import uuid
 
 from platform.data import storage
-from platform.data.dataset import DatasetRef
+from platform.data.builtin import resolve_dataset
+from platform.data.dataset import DatasetRef, read_meta
 from platform.errors import UserError
+from platform.training.config import TrainConfig, check_dataset
 
 
 def worker_nodes() -> list[dict]:
@@ -53,12 +55,23 @@ def storage_for_every_node(storage_path: str) -> bool:
     return True
 
 
-def dataset_for_every_node(dataset: str, storage_path: str, shared: bool, log=print) -> DatasetRef:
+def dataset_ref(data: str, storage_path: str, shared: bool, config: TrainConfig, log=print) -> DatasetRef:
+    """The one step from ``--data`` to what a run's workers read, for ``train``, every trial of
+    ``tune`` and the confirmation alike: the dataset resolved (the demo corpus prepared on first
+    use), its metadata read once and checked against ``config``, and where every node reads it
+    (``dataset_for_every_node``)."""
+    dataset = resolve_dataset(data)
+    meta = read_meta(dataset)
+    check_dataset(config, meta, dataset)  # before any training
+    return dataset_for_every_node(dataset, storage_path, shared, meta, log)
+
+
+def dataset_for_every_node(dataset: str, storage_path: str, shared: bool, meta: dict, log=print) -> DatasetRef:
     """The dataset as the workers read it: ``dataset`` itself, or where other nodes may read it
     (``shared``, from ``storage_for_every_node``) and it is local, its copy under the storage."""
     if not shared or storage.is_uri(dataset):
-        return DatasetRef(name=dataset, location=dataset)
-    return DatasetRef(name=dataset, location=ship_dataset(dataset, storage_path, log))
+        return DatasetRef(name=dataset, location=dataset, meta=meta)
+    return DatasetRef(name=dataset, location=ship_dataset(dataset, storage_path, log), meta=meta)
 
 
 def check_storage(storage_path: str) -> None:

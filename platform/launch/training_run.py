@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 from models import MODELS
 from platform import config_io
-from platform.data.builtin import resolve_dataset
-from platform.data.dataset import read_meta
 from platform.errors import UserError
 from platform.flags import DATA_HELP, TRACKING_URI_HELP, flag
 from platform.launch import reach
@@ -33,7 +31,7 @@ from platform.tracking.relay import held_relay
 from platform.tracking.spool import replay_all
 from platform.tracking.store import resolve_tracking_uri
 from platform.training import recipes
-from platform.training.config import TrainConfig, check_dataset, resolve_config
+from platform.training.config import TrainConfig, resolve_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,11 +117,10 @@ def train_on_ray(request: TrainRequest, model: str, recipe: str, config: TrainCo
     storage = storage_uri(request.storage_path)
     replay_all(storage, tracking_uri)  # what earlier runs kept during an outage (tracking.spool)
     shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
-    dataset = resolve_dataset(request.data)
-    check_dataset(config, read_meta(dataset), dataset)  # before any training
-    init = (load_init_from(request.init_from, tracking_uri, str(dataset), config, request.init_optimizer)
+    dataset = reach.dataset_ref(request.data, storage, shared, config)
+    init = (load_init_from(request.init_from, tracking_uri, dataset.name, config, request.init_optimizer)
             if request.init_from else None)
-    job = Job(dataset=reach.dataset_for_every_node(dataset, storage, shared), workers=request.workers, init=init,
+    job = Job(dataset=dataset, workers=request.workers, init=init,
               gpus_per_worker=request.gpus_per_worker, cpus_per_worker=cpus, experiment=request.experiment,
               tracking_uri=tracking_uri, run_name=request.name or f"{model}-{uuid.uuid4().hex[:8]}",
               storage_path=storage, max_failures=request.max_failures, started_at=request.started_at)

@@ -283,5 +283,5 @@ def parent_run(sweep: Sweep, resume: bool) -> str:
     run_id = runs.start_run(sweep.tracking_uri, sweep.experiment, sweep.name, {k: str(v) for k, v in params.items()},
                             tags, sweep.space.text, source="platform.tune")
     dataset = sweep.job.dataset  # the runs table's Dataset column, as on the trials
-    runs.log_dataset_inputs(sweep.tracking_uri, run_id, dataset.name, read_meta(dataset.location))
+    runs.log_dataset_inputs(sweep.tracking_uri, run_id, dataset.name, dataset.meta or read_meta(dataset.location))
     return run_id

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from platform import config_io
-from platform.data.builtin import resolve_dataset
-from platform.data.dataset import read_meta
+from platform.data.dataset import DatasetRef
 from platform.errors import UserError
 from platform.flags import DATA_HELP, TRACKING_URI_HELP, flag, parse_duration
 from platform.launch import reach
@@ -58,7 +57,7 @@ from platform.tracking.registry import Registered, check_model_name, register
 from platform.tracking.relay import start_relay
 from platform.tracking.store import resolve_tracking_uri
 from platform.tracking.tables import format_table
-from platform.training.config import check_dataset, load_train_config
+from platform.training.config import load_train_config
 from search_spaces import SPACES
 
 SMOKE_TRIALS, DEFAULT_TRIALS = 3, 6  # configs sampled without --num-trials
@@ -233,9 +232,8 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
     start_ray(request.address, num_cpus=(os.cpu_count() or 1) + 1,  # a local cluster leaves a CPU for trial drivers
               log_to_driver=request.verbose)
     shared = reach.storage_for_every_node(storage)  # before the demo corpus is prepared
-    dataset = resolve_dataset(request.data)
-    check_dataset(space.base_config, read_meta(dataset), dataset)  # before any trial
-    job = trial_job(request, dataset, storage, tracking_uri, shared)
+    job = trial_job(request, reach.dataset_ref(request.data, storage, shared, space.base_config), storage,
+                    tracking_uri)
     configs = request.num_trials or (grid_size(space) if settings.searcher == "grid"
                                      else SMOKE_TRIALS if request.smoke else DEFAULT_TRIALS)
     sweep = Sweep(name=name, space=space, num_samples=configs * request.seeds_per_config,
@@ -332,14 +330,13 @@ def warm_start(sweep: Sweep, source) -> Carried:
     return carry_trials(source, target, sweep.space)
 
 
-def trial_job(request: SweepRequest, dataset_dir: str, storage: str, tracking_uri: str, shared: bool) -> Job:
+def trial_job(request: SweepRequest, dataset: DatasetRef, storage: str, tracking_uri: str) -> Job:
     """Every trial's job (each trial sets its run name and start time); GPUs per worker as
-    asked, else as the cluster and the trials' size suggest; the dataset where every node reads
-    it (``shared``: other nodes may run trials)."""
+    asked, else as the cluster and the trials' size suggest."""
     gpus = request.gpus_per_worker
     if gpus is None:
         gpus = auto_gpus_per_worker(cluster_gpus(joined=request.address is not None), request.trial_size)
-    return Job(dataset=reach.dataset_for_every_node(dataset_dir, storage, shared), workers=request.workers_per_trial,
+    return Job(dataset=dataset, workers=request.workers_per_trial,
                gpus_per_worker=gpus, cpus_per_worker=request.cpus_per_worker, experiment=request.experiment,
                tracking_uri=tracking_uri, run_name="", storage_path=storage, max_failures=1,
                git_commit=runs.git_commit())
