@@ -100,7 +100,8 @@ def loop_one(args) -> dict:
 
     from platform.data.dataset import PreparedDataset
     from platform.training.context import Context, chosen_precision
-    from platform.training.loop import Hooks, fit
+    from platform.training.hooks import Hooks
+    from platform.training.loop import fit
     from platform.training.step import compile_count
 
     stamps: list[tuple[int, float, float, float]] = []  # (update, time, tokens, data wait share)
@@ -242,14 +243,15 @@ def study_one(args) -> dict:
     from platform.inference import Trained, write_outputs
     from platform.training.config import TrainConfig
     from platform.training.context import Context
-    from platform.training.loop import LocalHooks, fit
+    from platform.training.hooks import LocalHooks
+    from platform.training.loop import fit
     from platform.training.recipes import get_recipe
 
     budget = study_args(args)
     config: TrainConfig = dataclasses.replace(study.row_config(args.row, args.seed, budget), precision="fp32")
     directory = Path(args.work) / f"{study.slug(args.row)}-s{args.seed}"
     directory.mkdir(parents=True, exist_ok=True)
-    hooks = LocalHooks(directory)
+    hooks = LocalHooks(directory, config)
     began = time.perf_counter()
     fit(config, PreparedDataset.open(args.data), Context(device=torch.device(DEVICE)), hooks, log=lambda m: None)
     trained_s = time.perf_counter() - began

@@ -31,14 +31,15 @@ def one_run(model: str, data: str, updates: int, prefetch: int) -> dict:
     from platform.data.dataset import PreparedDataset
     from platform.training.config import resolve_config
     from platform.training.context import Context
-    from platform.training.loop import LocalHooks, fit
+    from platform.training.hooks import LocalHooks
+    from platform.training.loop import fit
 
     config = resolve_config(model, "cpu", max_updates=updates, overrides=[
         f"batching.prefetch={prefetch}", "log_every=0", "eval.max_sentences=1", "average_last=0"])
     dataset = PreparedDataset.open(data)
     with tempfile.TemporaryDirectory() as directory:
         began = time.perf_counter()
-        history = fit(config, dataset, Context(), LocalHooks(Path(directory)), log=lambda line: None)
+        history = fit(config, dataset, Context(), LocalHooks(Path(directory), config), log=lambda line: None)
         wall = time.perf_counter() - began
     last = history[-1]
     return {"model": model, "prefetch": prefetch, "updates": updates, "wall_s": wall,

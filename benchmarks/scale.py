@@ -239,7 +239,8 @@ def train_probe(dataset: str, cache: str, updates: int) -> dict:
     from platform.data.mapped import node_local_train
     from platform.training.config import resolve_config
     from platform.training.context import Context
-    from platform.training.loop import LocalHooks, fit
+    from platform.training.hooks import LocalHooks
+    from platform.training.loop import fit
 
     torch.set_num_threads(2)
     copy = node_local_train(dataset, ds.read_meta(dataset)).directory  # built (if not yet) before timing
@@ -252,7 +253,7 @@ def train_probe(dataset: str, cache: str, updates: int) -> dict:
         prepared = PreparedDataset.open(dataset)
         if cache == "in-memory":  # the split read whole into memory, the reader before the mapped one
             prepared = dataclasses.replace(prepared, train=ds.read_examples(dataset, "train"))
-        history = fit(config, prepared, Context(), LocalHooks(Path(directory)), log=lambda line: None)
+        history = fit(config, prepared, Context(), LocalHooks(Path(directory), config), log=lambda line: None)
     last = history[-1]
     return {"cache": cache, "updates": updates, "wall_s": round(time.perf_counter() - began, 1),
             "data_wait_share": round(last["data_wait_share"], 4), "tokens_per_s": round(last["tokens_per_s"])}

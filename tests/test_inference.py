@@ -11,7 +11,8 @@ from helpers import run_in_process, run_module, sacrebleu_scores
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.config import load_train_config
 from platform.training.context import Context
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def tree2seq_checkpoint(demo_dataset, tmp_path_factory):
     directory = tmp_path_factory.mktemp("tree2seq")
     config = load_train_config({"model": {"name": "tree2seq", "d_embed": 16, "d_hidden": 16}, "max_epochs": 1,
                                 "max_steps_per_epoch": 2, "eval": {"max_sentences": 4}})
-    fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+    fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory, config), log=lambda line: None)
     return directory / "best.pt"
 
 
@@ -99,7 +100,7 @@ def counted_in_updates(demo_dataset, tmp_path_factory):
     config = load_train_config({"model": {"name": "tree2seq", "d_embed": 16, "d_hidden": 16}, "max_epochs": None,
                                 "max_updates": 9, "save_every": 2, "validate_every": 4, "max_steps_per_epoch": 3,
                                 "eval": {"max_sentences": 4}, "average_last": 3})
-    fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+    fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory, config), log=lambda line: None)
     return directory
 
 
@@ -141,7 +142,7 @@ def tanaka_pair(tanaka_dataset, tmp_path_factory):
                  "num_decoder_layers": 1}
         config = load_train_config({"model": model, "seed": seed, "max_epochs": 1, "max_steps_per_epoch": 40,
                                     "batching": {"max_tokens": 1024}, "eval": {"max_sentences": 4}})
-        fit(config, Dataset.open(tanaka_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+        fit(config, Dataset.open(tanaka_dataset), Context(), LocalHooks(directory, config), log=lambda line: None)
         checkpoints.append(directory / "best.pt")
     return checkpoints
 

@@ -26,7 +26,8 @@ from platform.errors import ConfigError
 from platform.training.checkpoint import IncompatibleCheckpoint, load_checkpoint
 from platform.training.config import load_train_config
 from platform.training.context import Context
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 
 def tiny(**model):
@@ -328,7 +329,7 @@ def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, mo
 @pytest.fixture(scope="module")
 def trained_directory(demo_dataset, tmp_path_factory):
     directory = tmp_path_factory.mktemp("trained")
-    fit(tiny(), Dataset.open(demo_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+    fit(tiny(), Dataset.open(demo_dataset), Context(), LocalHooks(directory, tiny()), log=lambda line: None)
     return directory
 
 
@@ -367,7 +368,7 @@ def test_resuming_on_data_with_other_subword_models_is_refused(trained_directory
                  log=lambda m: None)
     longer = load_train_config({**config_io.to_dict(tiny()), "max_epochs": 2})
     with pytest.raises(IncompatibleCheckpoint, match="other src subword models"):
-        fit(longer, Dataset.open(other), Context(), LocalHooks(trained_directory), log=lambda line: None)
+        fit(longer, Dataset.open(other), Context(), LocalHooks(trained_directory, longer), log=lambda line: None)
 
 
 def translate_in_process(capsys, monkeypatch, *args) -> subprocess.CompletedProcess:
@@ -383,7 +384,7 @@ def test_a_checkpoint_from_another_config_is_refused_with_the_reason(trained_dir
                                                                       monkeypatch):
     wider = load_train_config({**config_io.to_dict(tiny(d_model=64)), "max_epochs": 2})
     with pytest.raises(IncompatibleCheckpoint, match="does not fit this model config .*shape"):
-        fit(wider, Dataset.open(demo_dataset), Context(), LocalHooks(trained_directory), log=lambda line: None)
+        fit(wider, Dataset.open(demo_dataset), Context(), LocalHooks(trained_directory, wider), log=lambda line: None)
     state = load_checkpoint(trained_directory / "best.pt")
     state["model"].pop(next(iter(state["model"])))
     broken = trained_directory / "broken.pt"

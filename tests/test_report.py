@@ -12,7 +12,8 @@ from platform.tracking import runs
 from platform.training.checkpoint import CHECKPOINT_FILE
 from platform.training.config import load_train_config
 from platform.training.context import Context
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 SMALL = {"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": 32, "num_heads": 4, "d_ff": 64}
 
@@ -22,7 +23,7 @@ def trained_run(uri, dataset, tmp_path, model, seed, **knobs) -> str:
     config = load_train_config({"model": {"name": model, **SMALL, **knobs}, "max_epochs": 2, "max_steps_per_epoch": 20,
                                 "eval": {"max_sentences": 20}, "batching": {"max_tokens": 600}, "seed": seed})
     directory = tmp_path / f"{model}-{seed}"
-    hooks = LocalHooks(directory)
+    hooks = LocalHooks(directory, config)
     fit(config, Dataset.open(dataset), Context(), hooks, log=lambda line: None)
     run_id = runs.start_run(uri, "report", f"{model}-seed{seed}", runs.run_params(config, {"model": model}),
                             {"model": model}, "")

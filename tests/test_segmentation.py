@@ -16,7 +16,8 @@ from platform.data.dataset import PreparedDataset
 from platform.inference import Trained
 from platform.training.config import load_train_config
 from platform.training.context import Context
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 PAIRS = 120
 
@@ -43,7 +44,8 @@ def ginza_model(tanaka, tmp_path_factory):
                                           "d_model": 32, "num_heads": 2, "d_ff": 64},
                                 "max_epochs": None, "max_updates": 40, "eval": {"max_sentences": 4},
                                 "optim": {"lr": 5e-3}})
-    fit(config, PreparedDataset.open(directory / "data"), Context(), LocalHooks(directory), log=lambda line: None)
+    fit(config, PreparedDataset.open(directory / "data"), Context(), LocalHooks(directory, config),
+        log=lambda line: None)
     mlflow_model.save(directory / "best.pt", directory / "mlflow_model", raw[0])
     segmented = [" ".join(s.words) for s in read_conllu(directory / "corpus.ja.conllu")]
     return directory, raw[:8], segmented[:8]

@@ -82,12 +82,13 @@ def test_every_other_model_trains_in_smoke_mode_in_the_same_loop_and_its_best_ch
     from platform.training import recipes
     from platform.training.config import resolve_config
     from platform.training.context import Context
-    from platform.training.loop import LocalHooks, fit
+    from platform.training.hooks import LocalHooks
+    from platform.training.loop import fit
 
     recipe, _ = recipes.recipe_for(model, None)
     config = resolve_config(model, "smoke", recipe=recipe, overrides=["eval.max_sentences=8"])  # --smoke
     dataset = PreparedDataset.open(demo_dataset)
-    history = fit(config, dataset, Context(), LocalHooks(tmp_path), log=lambda line: None)
+    history = fit(config, dataset, Context(), LocalHooks(tmp_path, config), log=lambda line: None)
     assert [int(m["step"]) for m in history if "dev_bleu" in m] == [8, 16]  # updates
     assert all("dev_chrf" in m and "tokens_per_s" in m for m in history)
     best = torch.load(tmp_path / "best.pt", weights_only=True)

@@ -17,7 +17,8 @@ from platform import translate
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.config import load_train_config
 from platform.training.context import Context
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def transformer_checkpoint(demo_dataset, tmp_path_factory):
     config = load_train_config({"model": {"name": "transformer", "num_encoder_layers": 1, "num_decoder_layers": 1,
                                           "d_model": 16, "num_heads": 2, "d_ff": 32},
                                 "max_epochs": 1, "max_steps_per_epoch": 2, "eval": {"max_sentences": 4}})
-    fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory), log=lambda line: None)
+    fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(directory, config), log=lambda line: None)
     return directory / "best.pt"
 
 

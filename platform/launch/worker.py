@@ -20,8 +20,10 @@ from platform.training.averaging import KeptWeights
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.context import Context, chosen_precision
-from platform.training.loop import STOPPED_EARLY, UPDATE_METRICS, early_stopping_reason, fit, temp_checkpoint
+from platform.training.hooks import temp_checkpoint
+from platform.training.loop import UPDATE_METRICS, fit
 from platform.training.step import Diverged
+from platform.training.stopping import STOPPED_EARLY, early_stopping_reason
 
 # in the report after which training ends: a sweep hands that one to Tune only after the
 # trainer's fit has returned (sweeps.sweep.FinalAfterFit)
@@ -185,7 +187,7 @@ class RayHooks:
             self.logger.tag("diverged", reason)
             self.logger.drain(30)  # in the store before Ray restarts the group, which reads it
 
-    def keep_weights(self, step: int, weights: dict, score: float | None, config: TrainConfig) -> None:
+    def keep_weights(self, step: int, weights: dict, score: float | None) -> None:
         if self.kept is not None:  # logged to MLflow by finish()
             self.kept.keep(step, weights, score)
 

@@ -15,7 +15,7 @@ from platform.redaction import redact
 from platform.sweeps.console import epoch_text, first_error_line, knob_text, live_table
 from platform.sweeps.trial_runs import close_trial_run, held_tracking_uri, tracking_uri_of
 from platform.tracking import spool as outage
-from platform.training.loop import STOPPED_EARLY, trial_status
+from platform.training.stopping import STOPPED_EARLY, trial_status
 
 
 class FinalAfterFit(TuneReportCallback):

@@ -20,8 +20,8 @@ from typing import Any
 
 from platform.redaction import RedactingFormatter, RedactingStream, redact
 from platform.tracking.tables import format_table, number
-from platform.training.loop import trial_status
 from platform.training.metrics import SHOWN, shown
+from platform.training.stopping import trial_status
 
 QUIET_LOGGERS = ("ray", "mlflow", "alembic", "optuna")  # their console output goes to the log file
 

@@ -22,7 +22,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from platform import compat
 from platform.errors import UserError
-from platform.training.loop import trial_status
+from platform.training.stopping import trial_status
 
 
 def scheduler_bytes(scheduler) -> bytes | None:

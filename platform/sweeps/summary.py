@@ -18,8 +18,8 @@ from platform.tracking import plots, relay, runs, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.tables import format_table, to_csv
 from platform.training.config import load_train_config
-from platform.training.loop import trial_status
 from platform.training.metrics import shown
+from platform.training.stopping import trial_status
 
 
 def summarize(results, sweep: Sweep) -> list[dict[str, Any]]:

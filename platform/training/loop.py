@@ -1,99 +1,32 @@
 """The training loop, as a plain function: ``fit(config, dataset, ctx, hooks)``.
 
 ``platform.launch.worker`` runs it in each Ray Train worker with Ray hooks (DDP wrapping,
-reporting, checkpoints through Ray); tests run it directly with ``LocalHooks``.
+reporting, checkpoints through Ray); tests run it directly with ``training.hooks.LocalHooks``.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import torch
-
-from platform.atomic import owned_scratch
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset
 from platform.data.prefetch import Prefetched
-from platform.data.storage import locate
 from platform.data.subwords import SubwordModel
-from platform.training.averaging import KeptWeights
 from platform.training.checkpoint import (
-    CHECKPOINT_FILE,
     IncompatibleCheckpoint,
     checkpoint_state,
-    load_checkpoint,
     load_weights,
     restore,
-    save_checkpoint,
 )
 from platform.training.config import TrainConfig, check_dataset
 from platform.training.context import Context
-from platform.training.evaluate import Evaluation, evaluate
+from platform.training.evaluate import evaluate
+from platform.training.hooks import Hooks
+from platform.training.lines import progress_line, update_line
 from platform.training.metrics import SHOWN, shown
 from platform.training.step import Diverged, build_training, compile_count, compiled, train_step
-
-
-class Hooks:
-    """What the surrounding system provides; the defaults run alone in one process."""
-
-    def resume(self) -> dict | None:
-        return None
-
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model
-
-    def report(self, metrics: dict[str, float], state: dict | None, evaluation: Evaluation | None, is_best: bool,
-               final: bool = False) -> None:
-        """A report's metrics (and, on rank 0, its checkpoint state): at each validation and
-        ``save_every`` checkpoint; ``final``: the training's last report (at its limit, or early
-        stopping), so the end-of-run work belongs before it is reported."""
-
-    def progress(self, metrics: dict[str, float], step: int) -> None:
-        """Rank 0, every ``log_every`` updates: the train metrics of those updates."""
-
-    def diverged(self, reason: str) -> None:
-        """Training stops for good with ``reason`` (the loss became NaN/inf)."""
-
-    def keep_weights(self, step: int, weights: dict, score: float | None, config: TrainConfig) -> None:
-        """Rank 0, at each checkpoint before it is reported: its model weights for averaging
-        (``config.average_last``) and, validated (``score``), for the best N (``config.keep_best``)."""
-
-
-@dataclass
-class LocalHooks(Hooks):
-    """Keeps checkpoints in a directory (``last.pt``, ``best.pt``), the reported metrics and
-    the progress metrics (with their update)."""
-
-    directory: Path
-    reported: list[dict[str, float]] = field(default_factory=list)
-    progressed: list[tuple[int, dict[str, float]]] = field(default_factory=list)
-
-    def progress(self, metrics, step) -> None:
-        self.progressed.append((step, metrics))
-
-    def resume(self) -> dict | None:
-        last = Path(self.directory) / "last.pt"
-        if not last.exists():
-            return None
-        state = load_checkpoint(last)
-        KeptWeights(locate(self.directory), 0).forget_after(state["progress"]["step"])
-        return state
-
-    def keep_weights(self, step: int, weights: dict, score: float | None, config: TrainConfig) -> None:
-        KeptWeights(locate(self.directory), config.average_last, config.keep_best, config.best_mode).keep(
-            step, weights, score)
-
-    def report(self, metrics, state, evaluation, is_best, final=False) -> None:
-        self.reported.append(metrics)
-        if state is not None:
-            save_checkpoint(state, Path(self.directory) / "last.pt")
-            if is_best:
-                save_checkpoint(state, Path(self.directory) / "best.pt")
+from platform.training.stopping import STOPPED_EARLY, early_stopping_reason, should_stop, update_best
 
 
 def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hooks, log=print,
@@ -339,9 +272,9 @@ class _Run:
                                   self.dataset.meta["tgt_lang"], self.ctx)
             metrics.update(evaluation.metrics)
             metrics["eval_s"] = time.perf_counter() - began
-        is_best = _update_best(self.progress, metrics, self.config) if validate else False
+        is_best = update_best(self.progress, metrics, self.config) if validate else False
         self.progress["history"].append({k: float(v) for k, v in metrics.items()})
-        stop = validate and _should_stop(self.progress, self.config, self.ctx)
+        stop = validate and should_stop(self.progress, self.config, self.ctx)
         if stop:  # the last report says so: a sweep counts the trial complete, not pruned
             metrics[STOPPED_EARLY] = 1.0
         state = (checkpoint_state(self.model, self.optimizer, self.scheduler, self.reader, self.config,
@@ -375,79 +308,6 @@ class _Run:
         config = self.config
         if self.ctx.rank == 0 and (config.average_last or config.keep_best):
             score = metrics.get(config.best_metric) if validated else None
-            self.hooks.keep_weights(self.progress["step"], self.model.state_dict(), score, config)
+            self.hooks.keep_weights(self.progress["step"], self.model.state_dict(), score)
 
-
-STOPPED_EARLY = "stopped_early"  # in the report with which early stopping (``patience``) ends training
-
-
-def trial_status(last_result: dict | None, max_epochs: int, error: bool = False) -> str:
-    """A finished trial as the summary, the console and the searcher name it, from its last
-    result: ERROR; COMPLETE where it ran all ``max_epochs`` or stopped itself early (its
-    ``patience``: ``STOPPED_EARLY`` in that report); else PRUNED (the scheduler or
-    the time budget stopped it)."""
-    if error:
-        return "ERROR"
-    result = last_result or {}
-    done = int(result.get("training_iteration", 0)) >= max_epochs or bool(result.get(STOPPED_EARLY))
-    return "COMPLETE" if done else "PRUNED"
-
-
-def early_stopping_reason(config: TrainConfig) -> str:
-    """Why a run that stopped early stopped, in the words of its progress line and MLflow tag."""
-    return f"early stopping: no better {config.best_metric} for {config.patience} validations"
-
-
-def _update_best(progress: dict, metrics: dict[str, float], config: TrainConfig) -> bool:
-    """Whether this validation has the best ``best_metric`` so far (rank 0, which has dev scores)."""
-    score = metrics.get(config.best_metric)
-    best = progress["best"]
-    if score is not None and (best is None or (score > best if config.best_mode == "max" else score < best)):
-        progress.update(best=float(score), best_step=progress["step"], best_epoch=int(metrics["epoch"]),
-                        bad_validations=0)
-        return True
-    progress["bad_validations"] += 1
-    return False
-
-
-def _should_stop(progress: dict, config: TrainConfig, ctx: Context) -> bool:
-    """Rank 0 decides (only it has dev scores); every rank must agree, or DDP hangs."""
-    local = float(config.patience is not None and progress["bad_validations"] >= config.patience and ctx.rank == 0)
-    return bool(ctx.all_reduce(torch.tensor([local], device=ctx.device))[0] > 0)
-
-
-def progress_line(metrics: dict[str, float], config: TrainConfig) -> str:
-    """One validation on the console: the metrics ``training.metrics.SHOWN`` marks for it."""
-    limit = f"/{config.max_epochs}" if config.max_epochs is not None else ""
-    parts = [f"epoch {int(metrics['epoch'])}{limit}", f"update {int(metrics['step'])}"]
-    parts += [f"{key} {SHOWN[key].format(metrics[key])}" for key in shown("progress") if key in metrics]
-    return "  ".join(parts)
-
-
-def update_line(metrics: dict[str, float], step: int, config: TrainConfig, elapsed: float,
-                eta: float | None) -> str:
-    """Every ``log_every`` updates: update, epoch, loss, lr, target tokens/s, elapsed and ETA."""
-    limit = f"/{config.max_updates}" if config.max_updates is not None else ""
-    return (f"update {step}{limit}  epoch {int(metrics['epoch'])}  loss {metrics['train_loss']:.3f}  "
-            f"lr {metrics['lr']:.2e}  tok/s {metrics['tokens_per_s']:.0f}  elapsed {clock(elapsed)}"
-            + (f"  eta {clock(eta)}" if eta is not None else ""))
-
-
-def clock(seconds: float) -> str:
-    """``1:02:03`` or ``2:03`` (minutes:seconds under an hour)."""
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-@contextmanager
-def temp_checkpoint(state: dict) -> Iterator[Path]:
-    """``state`` saved in a temporary directory for as long as the block runs (Ray copies it to
-    the run's storage in ``ray.train.report``); removed after, so no epoch's copy stays behind."""
-    directory = owned_scratch("nmt-ckpt-")  # one a kill left behind is removed by the next checkpoint's
-    try:
-        save_checkpoint(state, directory / CHECKPOINT_FILE)
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 

@@ -187,7 +187,7 @@ def test_failure_retries_default_to_two_restarts_for_a_training():
 
 
 def test_a_finished_trial_is_complete_where_it_ran_out_or_stopped_itself_else_pruned():
-    from platform.training.loop import trial_status
+    from platform.training.stopping import trial_status
 
     assert trial_status({"training_iteration": 4}, 4) == "COMPLETE"
     assert trial_status({"training_iteration": 2, "stopped_early": 1.0}, 4) == "COMPLETE"  # its patience

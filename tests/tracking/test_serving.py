@@ -13,7 +13,8 @@ from servers import served_predictions
 from platform.data.dataset import PreparedDataset
 from platform.training.config import load_train_config
 from platform.training.context import Context
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def trained(demo_dataset, tmp_path_factory):
     config = tiny_config("transformer", max_epochs=None, max_updates=150, eval={"max_sentences": 4},
                          optim={"lr": 5e-3})
     dataset = PreparedDataset.open(demo_dataset)
-    fit(config, dataset, Context(), LocalHooks(directory), log=lambda line: None)
+    fit(config, dataset, Context(), LocalHooks(directory, config), log=lambda line: None)
     sources = list(dataset.dev.texts["src_text"][:6])
     mlflow_model.save(directory / "best.pt", directory / "mlflow_model", sources[0])
     return directory, sources
@@ -119,7 +120,7 @@ def test_a_tree_model_takes_conllu_and_says_what_plain_text_needs(demo_dataset, 
     config = load_train_config({"model": {"name": "tree2seq", "d_embed": 16, "d_hidden": 16}, "max_epochs": 1,
                                 "max_steps_per_epoch": 2, "eval": {"max_sentences": 4}})
     dataset = PreparedDataset.open(demo_dataset)
-    fit(config, dataset, Context(), LocalHooks(tmp_path), log=lambda line: None)
+    fit(config, dataset, Context(), LocalHooks(tmp_path, config), log=lambda line: None)
     mlflow_model.save(tmp_path / "best.pt", tmp_path / "mlflow_model", dataset.dev.texts["src_text"][0])
     loaded = mlflow.pyfunc.load_model(str(tmp_path / "mlflow_model"))
     conllu = gzip.open(demo_dataset / "conllu" / "test.sov.conllu.gz", "rt", encoding="utf-8").read()

@@ -9,7 +9,8 @@ from platform.data.dataset import PreparedDataset as Dataset
 from platform.sweeps.spaces import load_space
 from platform.training.config import load_train_config
 from platform.training.context import Context, seed_everything
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 pytestmark = pytest.mark.slow  # about 200 updates
 
@@ -23,7 +24,7 @@ def test_the_quickstart_sweep_setting_learns_the_demo_within_12_epochs(demo_data
     assert config.model.p_enc == 1 and config.optim.lr == 2e-3  # the paper's layer 4/6 of 2, the space's first lr
     seed_everything(config.seed)
     torch.set_num_threads(2)
-    history = fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path), log=lambda line: None)
+    history = fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path, config), log=lambda line: None)
     bleu = [round(epoch["dev_bleu"], 2) for epoch in history]
     assert history[-1]["step"] >= 200
     assert bleu[-1] >= FLOOR, f"dev BLEU by epoch {bleu}: the sweep setting no longer learns the demo corpus"

@@ -8,7 +8,8 @@ from helpers import tiny_config
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.averaging import BEST, LAST, kept_files, kept_weights
 from platform.training.context import Context
-from platform.training.loop import LocalHooks, fit
+from platform.training.hooks import LocalHooks
+from platform.training.loop import fit
 
 
 class FinalHooks(LocalHooks):
@@ -40,7 +41,7 @@ def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
     assert lines[0].startswith("epoch 1/2  update 3  train_loss")
     assert (tmp_path / "last.pt").exists() and (tmp_path / "best.pt").exists()
     longer = tiny_config(max_epochs=3, max_steps_per_epoch=3, eval={"max_sentences": 20})
-    resumed = fit(longer, dataset, Context(), LocalHooks(tmp_path), log=lines.append)
+    resumed = fit(longer, dataset, Context(), LocalHooks(tmp_path, longer), log=lines.append)
     assert [int(m["epoch"]) for m in resumed] == [1, 2, 3]  # epochs 1-2 restored, 3 trained
     assert any(line.startswith("resumed from epoch 2") for line in lines)
 
@@ -58,11 +59,12 @@ def test_an_update_accumulates_update_freq_batches(demo_dataset, tmp_path):
     """``global_tokens`` 1200 with batches of ≤ 600 on one worker: 2 batches per update, and
     an update sees about twice a batch's tokens (logged as ``tokens_per_update``)."""
     dataset = Dataset.open(demo_dataset)
-    single = fit(tiny_config(max_epochs=1, max_steps_per_epoch=4, eval={"max_sentences": 5}), dataset, Context(),
-                 LocalHooks(tmp_path / "single"), log=lambda line: None)[-1]
+    one = tiny_config(max_epochs=1, max_steps_per_epoch=4, eval={"max_sentences": 5})
+    single = fit(one, dataset, Context(), LocalHooks(tmp_path / "single", one), log=lambda line: None)[-1]
     config = tiny_config(batching={"global_tokens": 1200}, max_epochs=1, max_steps_per_epoch=4,
                          eval={"max_sentences": 5})
-    accumulated = fit(config, dataset, Context(), LocalHooks(tmp_path / "accumulated"), log=lambda line: None)[-1]
+    accumulated = fit(config, dataset, Context(), LocalHooks(tmp_path / "accumulated", config),
+                      log=lambda line: None)[-1]
     assert single["update_freq"] == 1 and accumulated["update_freq"] == 2
     assert accumulated["step"] == single["step"] == 4  # max_steps_per_epoch counts updates
     assert 1.6 * single["tokens_per_update"] < accumulated["tokens_per_update"] <= 1200
@@ -125,7 +127,7 @@ def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_of_the_same_order(demo
         return step
 
     monkeypatch.setattr(loop, "train_step", recording())
-    fit(config, dataset, Context(), LocalHooks(tmp_path / "whole"), log=lambda line: None)
+    fit(config, dataset, Context(), LocalHooks(tmp_path / "whole", config), log=lambda line: None)
     whole = list(seen)
     assert len(whole) == 10 and len(set(whole)) == 10
 
@@ -134,7 +136,7 @@ def test_a_run_killed_mid_epoch_resumes_at_the_next_batch_of_the_same_order(demo
     for kill_at in (5, 9, None):  # killed in update 5 (resumes at 4), in update 9 (resumes at 8), then to the end
         monkeypatch.setattr(loop, "train_step", recording(kill_at))
         try:
-            fit(config, dataset, Context(), LocalHooks(tmp_path / "killed"), log=interrupted.append)
+            fit(config, dataset, Context(), LocalHooks(tmp_path / "killed", config), log=interrupted.append)
         except Killed:
             seen[:] = seen[:(len(seen) // 2) * 2]  # what the last checkpoint holds: updates since are lost
     assert seen == whole
@@ -171,13 +173,13 @@ def test_shared_embeddings_train_one_matrix_on_a_joint_vocabulary_and_are_refuse
     assert dataset.meta["vocab_size"]["src"] == dataset.meta["vocab_size"]["tgt"]
     config = tiny_config("transformer", max_epochs=1, max_steps_per_epoch=3, eval={"max_sentences": 5},
                          model={"share_all_embeddings": True})
-    hooks = LocalHooks(tmp_path / "run")
+    hooks = LocalHooks(tmp_path / "run", config)
     fit(config, dataset, Context(), hooks, log=lambda line: None)
     weights = torch.load(tmp_path / "run" / "last.pt", weights_only=True)["model"]
     assert torch.equal(weights["src_embed.tokens.weight"], weights["tgt_embed.tokens.weight"])
     assert torch.equal(weights["generator.weight"], weights["tgt_embed.tokens.weight"])
     with pytest.raises(ConfigError) as refused:
-        fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path / "two"), log=lambda line: None)
+        fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path / "two", config), log=lambda line: None)
     assert str(refused.value) == ("model.share_all_embeddings: the dataset has a subword model per language; "
                                   "prepare it with --joint-vocab to share the embeddings")
     assert not (tmp_path / "two" / "last.pt").exists()
