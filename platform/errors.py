@@ -11,6 +11,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from platform.redaction import RedactingStream
+
 
 class UserError(Exception):
     """Any error the user can fix: the message is the whole report."""
@@ -36,7 +38,6 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
 
     What the command shows passes through ``redaction.redact``: stderr always, stdout too unless
     it carries the command's data (``data_on_stdout``: translations), which stays as is."""
-    from platform.redaction import RedactingStream
 
     sys.stderr = RedactingStream(sys.stderr)
     if not data_on_stdout:

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from platform.errors import InputError, UserError
+from platform.tracking import significance
+from platform.tracking.significance import significance_table
 from platform.training.metrics import SACREBLEU_TOKENIZER
 
 # sacreBLEU's tokenizers (its ``--tokenize`` choices); ja-mecab and ko-mecab need sacrebleu[ja] / [ko]
@@ -140,7 +142,6 @@ def sacrebleu_commands(hypothesis: str | Path, reference: str | Path | list, tok
     """The ``sacrebleu`` command lines that recompute the scores of ``metrics`` against the
     reference(s) (and the paired tests, with ``baseline``) from the same files; chrF++ has its
     own line (sacrebleu's ``--chrf-word-order`` applies to every chrF of a command)."""
-    from platform.tracking import significance
 
     references = reference if isinstance(reference, list) else [reference]
     ref = " ".join(shlex.quote(str(Path(path).resolve())) for path in references)
@@ -160,7 +161,6 @@ def sacrebleu_commands(hypothesis: str | Path, reference: str | Path | list, tok
 def compare(hyp: list[str], baseline: list[str], ref: list[str], tokenize: str) -> list[dict]:
     """``hyp`` against ``baseline`` (same reference): the significance table's two rows, the
     baseline first (scores, bootstrap mean ± 95% CI, p of both tests)."""
-    from platform.tracking.significance import significance_table
 
     bleu(tokenize)  # a missing tokenizer is one line, not sacrebleu's traceback
     return significance_table([{"system": "baseline"}, {"system": "hypothesis"}], [baseline, hyp], ref, tokenize)

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from platform import atomic
 from platform.data import storage
 from platform.data.examples import Examples, ParquetExamples
+from platform.data.mapped import node_local_train
 from platform.data.tensors import LIST_COLUMNS, TEXT_COLUMNS
 from platform.errors import UserError
 
@@ -193,7 +194,6 @@ class PreparedDataset:
 
     @classmethod
     def open(cls, directory: str | Path, with_dev: bool = True, log=lambda message: None) -> PreparedDataset:
-        from platform.data.mapped import node_local_train
 
         directory = storage.locate(directory).uri
         meta = read_meta(directory)

@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from platform.data.storage import open_text_lines
 from platform.errors import InputError, UserError
 
 DEFAULT_MODELS = {"ja": "ja_ginza"}
@@ -41,7 +42,6 @@ def parser_text(line: str, strip_spaces: bool) -> str:
 
 def read_segmenter(path: str | Path) -> Segmenter | str:
     """The ``# segmenter`` comment of a CoNLL-U file's first sentence, or ``PRE_SEGMENTED``."""
-    from platform.data.storage import open_text_lines
 
     for number, line in open_text_lines(path):
         if not line.startswith("#"):

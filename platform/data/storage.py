@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from platform import atomic
 from platform.errors import InputError, UserError
 
 COMMITTED = "COMMITTED"  # written last by publish(): the directory is complete
@@ -104,7 +105,6 @@ class Location:
         if not self.local:
             self.write_bytes(data)
             return
-        from platform import atomic
 
         atomic.write_file(self.path, lambda handle: handle.write(data))
 

@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from models import build_model
 from platform.data.dataset import read_meta, read_subword_model
 from platform.errors import UserError
+from platform.tracking.run_files import fetch_checkpoint
+from platform.tracking.store import client, on_client
 from platform.training.checkpoint import IncompatibleCheckpoint, config_from_checkpoint, load_checkpoint, load_weights
 from platform.training.config import TrainConfig
 
@@ -64,7 +67,6 @@ def load_init_from(source: str, tracking_uri: str, dataset: str, config: TrainCo
 
 def check_fits(state: dict, source: str, dataset: str, config: TrainConfig) -> None:
     """The source's vocabularies are the dataset's, and its weights fit ``config``'s model."""
-    from models import build_model
 
     for side in ("src", "tgt"):
         own = bytes(state["subword_models"][side].numpy().tobytes())
@@ -81,7 +83,6 @@ def check_fits(state: dict, source: str, dataset: str, config: TrainConfig) -> N
 
 def _fetch(source: str, tracking_uri: str, scratch: Path) -> tuple[Path, str | None, str | None]:
     """The checkpoint file of ``source``, and the MLflow run and logged model it comes from."""
-    from platform.tracking.run_files import fetch_checkpoint
 
     if source.startswith("models:/"):
         run_id, model_id = _registered(source, tracking_uri)
@@ -107,7 +108,6 @@ def _fetch(source: str, tracking_uri: str, scratch: Path) -> tuple[Path, str | N
 def _registered(source: str, tracking_uri: str) -> tuple[str, str | None]:
     """``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` → the run that logged it and its
     logged model id."""
-    from platform.tracking.store import client, on_client
 
     name, at, alias = source[len("models:/"):].partition("@")
     parts = [name, alias] if at else name.split("/")
@@ -130,7 +130,6 @@ def _version_of(mlflow_client, name: str, version_or_alias: str, by_alias: bool)
 
 
 def _logged_model(run_id: str, tracking_uri: str) -> str | None:
-    from platform.tracking.store import client
 
     outputs = client(tracking_uri).get_run(run_id).outputs
     models = outputs.model_outputs if outputs else []

@@ -51,6 +51,7 @@ from platform.data.parsing import (
 )
 from platform.data.storage import open_text_lines
 from platform.errors import ConfigError, InputError, UserError
+from platform.launch.cluster import start_ray
 
 IN_FLIGHT = 2  # shards queued per actor: its next one is there when one ends, and the driver holds few
 
@@ -249,7 +250,6 @@ def start_cluster(config: ParseConfig) -> int:
     ``config.workers``, however many cores there are); returns how many workers to start."""
     import ray
 
-    from platform.launch.cluster import start_ray
 
     local_cpus = max(config.workers, os.cpu_count() or 1) if config.workers and not config.address else None
     start_ray(config.address, num_cpus=local_cpus, log_to_driver=False)

@@ -105,14 +105,12 @@ def check_storage(storage_path: str) -> None:
 def _sees(uri: str) -> str | None:
     """On one node: None if ``uri`` exists there and the node can write beside it (Ray Train's
     workers write their checkpoints there), else why not."""
-    from platform.data import storage as node_storage
-
     try:
-        probe = node_storage.locate(uri)
+        probe = storage.locate(uri)
         if not probe.exists():
             return "the driver's probe file is not there"
         base, mark, options = uri.partition("?")
-        written = node_storage.locate(f"{base}-{uuid.uuid4().hex[:8]}{mark}{options}")
+        written = storage.locate(f"{base}-{uuid.uuid4().hex[:8]}{mark}{options}")
         written.write_bytes(b"written by a node\n")  # a read-only mount fails here, not at the first checkpoint
         written.delete()
         return None

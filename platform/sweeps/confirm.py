@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from platform.data.dataset import read_examples
+from platform.inference import Trained, write_outputs
 from platform.launch.cluster import DRIVER_CPU, placement_group_ids, release_orphaned_groups
 from platform.launch.driver import Job, run
 from platform.scoring import METRICS
@@ -34,6 +36,7 @@ from platform.sweeps.continuation import experiment_name, under
 from platform.sweeps.spaces import RECIPE_KNOB
 from platform.tracking import runs, store
 from platform.tracking.logger import RunLogger
+from platform.tracking.run_files import log_test_results
 from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs
 from platform.tracking.tables import format_table, mean_std, to_csv
 from platform.training.config import load_train_config
@@ -132,9 +135,6 @@ def score_on_test(job, run_id: str) -> dict[str, float]:
     """Decode the dataset's test split with the run's best checkpoint (its recipe's decoding)
     and log the metrics (every one of ``scoring.METRICS``) and output files to the run, as
     ``platform.evaluate --run --metrics bleu,chrf,chrf++,ter`` does."""
-    from platform.data.dataset import read_examples
-    from platform.inference import Trained, write_outputs
-    from platform.tracking.run_files import log_test_results
 
     trained = Trained.load(run_id=run_id, tracking_uri=job.tracking_uri)
     every = tuple(METRICS)  # BLEU, chrF, chrF++ and TER: test_chrfpp, test_ter beside test_bleu, test_chrf

@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
 
+from platform.training.metrics import SHOWN, shown
+
 warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)  # CJK labels
 
 
@@ -22,7 +24,6 @@ def learning_curves(history: list[dict[str, float]], path: str | Path) -> Path:
     which metric goes where; a checkpoint without validation has no dev points)."""
     epochs = [row.get("step", row["epoch"]) for row in history]
     figure, (losses, scores) = plt.subplots(1, 2, figsize=(10, 4))
-    from platform.training.metrics import SHOWN, shown
 
     for key in shown("loss"):
         if any(key in row for row in history):

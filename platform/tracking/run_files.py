@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform.errors import UserError
+from platform.tracking.logger import RunLogger
+from platform.tracking.store import client
 from platform.training.averaging import LAST, LEGACY_LAST, kept_files
 from platform.training.checkpoint import CHECKPOINT_FILE
 
 
 def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
     """Download the best checkpoint of an MLflow run into ``directory``."""
-    from platform.tracking.store import client
 
     try:
         path = client(tracking_uri).download_artifacts(run_id, f"best/{CHECKPOINT_FILE}", str(directory))
@@ -25,7 +26,6 @@ def fetch_kept(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
     """Download the last checkpoints' weights the run kept (``training.averaging.LAST``; a
     run from before update checkpoints: its ``LEGACY_LAST`` epochs) into ``directory``; returns
     their directory (``directory`` itself, empty, where it kept none)."""
-    from platform.tracking.store import client
 
     for kind in (LAST, LEGACY_LAST):
         try:
@@ -42,7 +42,6 @@ def log_test_results(tracking_uri: str, run_id: str, result, files: list[Path], 
     """The test metrics, sacrebleu signature and output files (``result``: a
     ``training.evaluate.Evaluation``) onto the run that was evaluated (``kind``: ``test``, or
     ``test_avgN`` for averaged weights)."""
-    from platform.tracking.logger import RunLogger
 
     logger = RunLogger(tracking_uri, run_id, reopen=False)
     logger.metrics(result.metrics, step=0)

@@ -19,6 +19,7 @@ from platform import config_io
 from platform.errors import UserError
 from platform.redaction import redact, redact_values
 from platform.tracking.artifacts import upload_bytes
+from platform.tracking.model import add_outputs
 from platform.tracking.spool import Spool, message_of
 from platform.tracking.store import client, on_client, run_status, terminate
 from platform.training.config import knob_name
@@ -223,7 +224,6 @@ def link_models(tracking_uri: str, from_run: str, to_run: str) -> int:
     run that logged it), each once (a resumed sweep links them again); returns how many."""
     from mlflow.entities import LoggedModelOutput
 
-    from platform.tracking.model import add_outputs
 
     mlflow_client = client(tracking_uri)
     outputs = mlflow_client.get_run(from_run).outputs

@@ -13,13 +13,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from platform.compat import mlflow_monitor
+
 
 def monitors() -> list:
     """MLflow's monitors for this machine: CPU and memory, disk, network, and a GPU's if
     ``nvidia-ml-py`` finds one."""
     import psutil
 
-    from platform.compat import mlflow_monitor
 
     psutil.cpu_percent()  # primes the CPU counter: the first sample then covers the first interval
     found = [mlflow_monitor(name)() for name in ("CPUMonitor", "DiskMonitor", "NetworkMonitor")]

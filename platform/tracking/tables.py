@@ -7,6 +7,8 @@ import io
 import statistics
 from typing import Any
 
+from platform.training.metrics import SHOWN
+
 
 def number(value: Any) -> str:
     """A knob's value as people read it: 3 significant digits (``0.3``, ``0.00032``, ``121``)."""
@@ -24,7 +26,6 @@ def mean_std(values: list[float]) -> str:
 def format_table(rows: list[dict[str, Any]]) -> str:
     """A markdown table (also readable as plain text); metrics in their ``training.metrics.SHOWN``
     format (BLEU ``21.73``, never ``1.163e-37``), other numbers by ``number``."""
-    from platform.training.metrics import SHOWN
 
     if not rows:
         return "(no trials)"
