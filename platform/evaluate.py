@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def score_model(args) -> int:
-    from platform.inference import Trained, write_outputs, write_text_outputs
+    from platform.inference import Trained, write_outputs, write_text_outputs  # torch, MLflow: only for a model
     from platform.tracking.registry import check_model_name, register
     from platform.tracking.run_files import log_test_results
     from platform.tracking.store import resolve_tracking_uri
@@ -160,7 +160,7 @@ def score_files(args) -> int:
     result: dict = {name: round(value, 4) for name, (value, _) in scores.items()}
     result.update(sentences=len(hyp), references=len(refs))
     if baseline is not None:
-        from platform.tracking.significance import methods
+        from platform.tracking.significance import methods  # scipy: only with a baseline
         from platform.tracking.tables import format_table
 
         ref = refs[0]

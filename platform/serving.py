@@ -53,7 +53,7 @@ from platform.tracking.model import CHECKPOINT  # noqa: E402
 
 class Translator(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
-        from platform.inference import Trained
+        from platform.inference import Trained  # torch: MLflow imports this module before it loads the model
 
         self.trained = Trained.load(checkpoint=context.artifacts[CHECKPOINT])
         if isinstance(self.trained.src_segmenter, dict):  # fail now, not at the first request

@@ -177,7 +177,7 @@ def warn_if_unsegmented(trained: Trained, words: list[list[str]]) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from platform.tracking.store import resolve_tracking_uri
+    from platform.tracking.store import resolve_tracking_uri  # MLflow: heavy, only for --run (not a file or stdin)
 
     args = build_parser().parse_args(argv)
     trained = Trained.load_all(run_ids=args.run, checkpoints=args.checkpoint,

@@ -26,7 +26,7 @@ def source_sentences(texts: list[str], lang: str, needs_trees: bool, model: str,
         if not sentence:
             raise UserError(f"source {number}: empty (one sentence per source)")
     if segmenter is not None:
-        from platform.data.parsing import segmented
+        from platform.data.parsing import segmented  # spaCy: the optional [parse] extra
 
         sentences = conllu_sentences(segmented(texts, segmenter))
         return sentences if needs_trees else [list(sentence.words) for sentence in sentences]
@@ -35,7 +35,7 @@ def source_sentences(texts: list[str], lang: str, needs_trees: bool, model: str,
 
 def parsed_sentences(words: list[list[str]], lang: str, model: str) -> list[Sentence]:
     """Word lists parsed into trees with the language's default spaCy pipeline."""
-    from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu
+    from platform.data.parsing import DEFAULT_MODELS, load_pipeline, one_tree_docs, to_conllu  # spaCy: optional
 
     if lang not in DEFAULT_MODELS:
         raise UserError(f"{model} reads source trees: give CoNLL-U (python -m platform.parse "

@@ -116,7 +116,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    from platform.launch.process_group import NodeBoundTorchConfig
+    from platform.launch.process_group import NodeBoundTorchConfig  # Ray Train: heavy, where a run trains
 
     use_gpu = job.gpus_per_worker > 0
     resources = {"CPU": job.cpus_per_worker, **({"GPU": job.gpus_per_worker} if use_gpu else {})}

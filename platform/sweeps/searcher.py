@@ -114,7 +114,7 @@ def make_searcher(space, seed: int, max_iterations: int, scheduler=None, setting
     with that many seeds (the trial config's ``__trial_index__``).  Without ``first_points`` (a
     searcher whose saved state is restored next) the first points are not queued in the study
     again (Ray's OptunaSearch enqueues them there when it is made)."""
-    from platform.sweeps.optuna_search import PruneAwareOptunaSearch, SeedRepeater
+    from platform.sweeps.optuna_search import PruneAwareOptunaSearch, SeedRepeater  # Ray Tune: heavy
 
     settings = settings or SearchSettings()
     objectives = space.objectives

@@ -43,6 +43,7 @@ from platform.errors import ConfigError, UserError
 from platform.sweeps.searcher import SearchSettings
 from platform.training import recipes
 from platform.training.config import TrainConfig, knob_key, knob_name, load_train_config, resolve
+from search_spaces import SPACES
 
 LAYER_SYMBOLS = {"encoder_layers": "num_encoder_layers", "decoder_layers": "num_decoder_layers"}
 RECIPE_KNOB = "recipe"
@@ -256,8 +257,6 @@ def _knob_names(raw: dict[str, Any]) -> dict[str, Any]:
 
 def space_path(name: str) -> Path:
     """A built-in space by name (``dbsa``), or a space YAML file of your own."""
-    from search_spaces import SPACES
-
     if name in SPACES:
         return Path(SPACES[name])
     if name.endswith((".yaml", ".yml")):
@@ -366,8 +365,6 @@ def _validate(space: Space, path: Path) -> None:
 def knob_names() -> list[str]:
     """Every knob of the built-in spaces and every setting of the papers' recipes, by its one
     name, in a stable order (the columns of ``platform.report``)."""
-    from search_spaces import SPACES
-
     names: dict[str, None] = {}
     for path in SPACES.values():
         raw = _knob_names(config_io.read_yaml_mapping(path))

@@ -227,7 +227,7 @@ def end_stopped_trials(sweep: Sweep, results) -> None:
 def _new_tuner(sweep: Sweep, trainable, callbacks: Sequence[Any], verbose: bool):
     import ray.tune  # Ray Tune: heavy, where a sweep runs
 
-    from platform.sweeps.callbacks import CloseTrialRuns
+    from platform.sweeps.callbacks import CloseTrialRuns  # Ray Tune: heavy, where a sweep runs
 
     objectives = sweep.space.objectives
     # several objectives: Tune has no one metric, the scheduler takes the first; an extension's

@@ -48,7 +48,7 @@ def save(checkpoint: Path, directory: Path, example: str) -> dict[str, str]:
     import mlflow.pyfunc
     from mlflow.models import infer_signature
 
-    import models
+    import models  # the packages themselves, shipped with the MLflow model as its code
     import platform as this_package
     from models import MODELS
 
