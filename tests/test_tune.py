@@ -192,7 +192,7 @@ def test_a_papers_sweep_through_a_tracking_outage_confirms_its_best_config_on_te
     Through a real MLflow server that is SIGKILLed once a trial has logged epoch 1 and started
     again 5 s later, its relay actor killed meanwhile (Ray starts it again): trials and the
     confirmation open, log and close their runs around the outage, the driver closes the
-    others' (in its own thread once the server is down), every run and metric is in the store
+    others' (kept in the spool while the server is down), every run and metric is in the store
     afterwards, and the sweep leaves no actor or placement group holding the cluster."""
     from servers import MlflowOutage
 

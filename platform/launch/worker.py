@@ -26,7 +26,7 @@ from platform.training.step import Diverged
 from platform.training.stopping import STOPPED_EARLY, early_stopping_reason
 
 # in the report after which training ends: a sweep hands that one to Tune only after the
-# trainer's fit has returned (sweeps.sweep.FinalAfterFit)
+# trainer's fit has returned (sweeps.callbacks.FinalAfterFit)
 LAST_REPORT = "last_report"
 RUN_ID = "run_id"  # in every report: the MLflow run the sweep closes when Tune ends the trial
 

@@ -41,15 +41,23 @@ class CloseTrialRuns(ray.tune.Callback):
     sweep's end.  It holds the tracking URI only where that carries no credential
     (``trial_runs.held_tracking_uri``)."""
 
+    RETRY_S = 30.0  # during an outage, the kept closings are tried again at most this often
+
     def __init__(self, tracking_uri: str, experiment: str, parent_run_id: str, max_iterations: int, spool: str):
         super().__init__()
         self.held = held_tracking_uri(tracking_uri)
         self.experiment, self.parent_run_id, self.spool = experiment, parent_run_id, spool
         self.max_iterations = max_iterations
         self.kept: list[str] = []  # the runs whose closing waits in the spool for the server
+        self.next_try = 0.0  # monotonic time before which no delivery is tried (a health check costs seconds)
+
+    def setup(self, **info) -> None:  # also after --resume, which unpickles this callback
+        self.next_try = 0.0
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        if self.kept:  # a server back from an outage gets the closings at once, not at the sweep's end
+        # a server back from an outage gets the closings within RETRY_S, not at the sweep's end
+        if self.kept and time.monotonic() >= self.next_try:
+            self.next_try = time.monotonic() + self.RETRY_S
             self.kept = outage.deliver(tracking_uri_of(self.held), self.spool, self.kept)
 
     def on_trial_complete(self, iteration, trials, trial, **info):

@@ -51,7 +51,6 @@ class Sweep:
     searcher: Any = None  # this session's searcher, when it made it (not on --resume: Ray restores its own)
     extension: int = 0  # --extend: this session's Tune experiment is the sweep's extension K (sweeps.continuation)
     session_trials: int = 0  # of run_sweep's results, the last this many are this session's experiment's
-    relay: Any = None  # the MLflow relay's handle, held while the sweep runs (tracking.relay.start_relay)
 
     @property
     def experiment(self) -> str:

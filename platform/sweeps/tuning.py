@@ -54,7 +54,7 @@ from platform.sweeps.sweep import Sweep, existing_sweep, parent_run, run_sweep
 from platform.sweeps.trial_runs import trial_run_tags
 from platform.tracking import runs
 from platform.tracking.registry import Registered, check_model_name, register
-from platform.tracking.relay import start_relay
+from platform.tracking.relay import held_relay
 from platform.tracking.store import resolve_tracking_uri
 from platform.tracking.tables import format_table
 from platform.training.config import load_train_config
@@ -155,11 +155,12 @@ def tune(request: SweepRequest) -> int:
         dry_run(space, request.seed)
         return 0
     sweep, log_file = set_up(request, space, settings)
-    announce(sweep, log_file)
-    outcome = search_and_confirm(sweep, request)
-    print_outcome(sweep, outcome)
-    if request.register_model:
-        print(register_best(sweep, outcome, request.register_model).line())
+    with held_relay(sweep.tracking_uri):  # the MLflow relay of the trials lives as long as the command
+        announce(sweep, log_file)
+        outcome = search_and_confirm(sweep, request)
+        print_outcome(sweep, outcome)
+        if request.register_model:
+            print(register_best(sweep, outcome, request.register_model).line())
     return 0
 
 
@@ -250,7 +251,6 @@ def set_up(request: SweepRequest, space: Space, settings: SearchSettings) -> tup
         same_objectives(source_objectives(tracking_uri, request), space)
     if not (request.resume or request.extend):
         fresh_study(sweep)
-    sweep.relay = start_relay(tracking_uri)
     sweep.parent_run_id = parent_run(sweep, request.resume or bool(request.extend))
     if request.extend:
         runs.tag_run(tracking_uri, sweep.parent_run_id, {"extensions": str(sweep.extension)})

@@ -69,13 +69,31 @@ def start_relay(tracking_uri: str):
 
 
 @contextlib.contextmanager
-def held_relay(tracking_uri: str):
-    """The relay of ``tracking_uri`` (``start_relay``) held for the block: a command's lifetime."""
+def held_relay(tracking_uri: str, wait_s: float = 30.0):
+    """The relay of ``tracking_uri`` (``start_relay``) held for the block: a command's lifetime.
+    The command that started it ends it at the block's end and waits (at most ``wait_s``) until
+    Ray no longer finds it, so that a next command in the same process starts a new one rather
+    than finding this one as it goes; a relay another command started is left to that one."""
+    started = find_relay(tracking_uri) is None
     handle = start_relay(tracking_uri)
     try:
         yield handle
     finally:
-        del handle
+        if started and handle is not None:
+            _end(handle, relay_name(tracking_uri), wait_s)
+
+
+def _end(handle, name: str, wait_s: float) -> None:
+    import ray
+
+    ray.kill(handle)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:  # gone
+            return
+        time.sleep(0.1)
 
 
 def find_relay(tracking_uri: str):

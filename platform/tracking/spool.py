@@ -282,8 +282,8 @@ def when_up(tracking_uri: str, call: Callable[[], Any], what: str, log: Callable
             timeout: float = OUTAGE_WAIT_S, poll: float = 2.0) -> Any:
     """``call()`` once the tracking server answers its health check, and again if it fails
     because the server went down meanwhile (or the relay's process died: Ray starts it again):
-    during an outage the caller (a sweep's trial opening or closing its run, the sweep's own
-    bookkeeping) waits, with one line saying so, instead of failing after MLflow's retries.
+    during an outage the caller (a sweep's trial opening its run, the sweep's own bookkeeping at
+    its end) waits, with one line saying so, instead of failing after MLflow's retries.
     ``call`` must be safe to repeat.  A store still down after ``timeout`` seconds is a
     ``UserError``; any other failure is raised as it is."""
     deadline, said = time.monotonic() + timeout, False

@@ -50,18 +50,17 @@ class Hooks:
 @dataclass
 class LocalHooks(Hooks):
     """Keeps checkpoints in a directory (``last.pt``, ``best.pt``), the reported metrics and
-    the progress metrics (with their update); with the run's ``config``, the weights it keeps
-    for averaging and the best N too (``training.averaging``: under the directory)."""
+    the progress metrics (with their update), and the weights the run's ``config`` keeps for
+    averaging and the best N (``training.averaging``: under the directory)."""
 
     directory: Path
-    config: TrainConfig | None = None
+    config: TrainConfig
     reported: list[dict[str, float]] = field(default_factory=list)
     progressed: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         config = self.config
-        self.kept = (KeptWeights(locate(self.directory), config.average_last, config.keep_best, config.best_mode)
-                     if config is not None else None)
+        self.kept = KeptWeights(locate(self.directory), config.average_last, config.keep_best, config.best_mode)
 
     def progress(self, metrics, step) -> None:
         self.progressed.append((step, metrics))
@@ -75,8 +74,7 @@ class LocalHooks(Hooks):
         return state
 
     def keep_weights(self, step: int, weights: dict, score: float | None) -> None:
-        if self.kept is not None:
-            self.kept.keep(step, weights, score)
+        self.kept.keep(step, weights, score)
 
     def report(self, metrics, state, evaluation, is_best, final=False) -> None:
         self.reported.append(metrics)

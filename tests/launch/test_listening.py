@@ -5,13 +5,17 @@ import subprocess
 
 from helpers import LOOPBACK, SECRET, descendants, listening
 
-from platform.tracking.relay import start_relay
+from platform.tracking.relay import held_relay
 
 
 def test_a_local_cluster_listens_on_loopback_only(ray_cluster, tmp_path):
     ray = ray_cluster
-    start_relay(f"sqlite:///{tmp_path}/mlflow.db")  # an actor, as every training starts one
+    with held_relay(f"sqlite:///{tmp_path}/mlflow.db"):  # an actor, as every training starts one
+        loopback_only(ray)
 
+
+def loopback_only(ray) -> None:
+    """Every socket the cluster's processes listen on is on loopback."""
     @ray.remote
     def where() -> int:
         return os.getpid()

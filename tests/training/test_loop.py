@@ -15,8 +15,8 @@ from platform.training.loop import fit
 class FinalHooks(LocalHooks):
     """LocalHooks that also keep each report's ``final`` flag."""
 
-    def __init__(self, directory):
-        super().__init__(directory)
+    def __init__(self, directory, config):
+        super().__init__(directory, config)
         self.finals = []
 
         self.best = []
@@ -30,7 +30,7 @@ class FinalHooks(LocalHooks):
 def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
     config = tiny_config(max_epochs=2, max_steps_per_epoch=3, eval={"max_sentences": 20})
     dataset = Dataset.open(demo_dataset)
-    hooks = FinalHooks(tmp_path)
+    hooks = FinalHooks(tmp_path, config)
     lines = []
     history = fit(config, dataset, Context(), hooks, log=lines.append)
     assert [int(m["epoch"]) for m in history] == [1, 2]
@@ -49,7 +49,7 @@ def test_fit_runs_epochs_reports_metrics_and_resumes(demo_dataset, tmp_path):
 def test_early_stopping_stops_when_dev_bleu_does_not_improve(demo_dataset, tmp_path):
     config = tiny_config(max_epochs=6, max_steps_per_epoch=1, patience=1, eval={"max_sentences": 5},
                          optim={"lr": 1e-9, "warmup_steps": 0})
-    hooks = FinalHooks(tmp_path)
+    hooks = FinalHooks(tmp_path, config)
     history = fit(config, Dataset.open(demo_dataset), Context(), hooks, log=lambda line: None)
     assert len(history) < 6
     assert hooks.finals == [False] * (len(history) - 1) + [True]  # early stopping's last epoch is final too
@@ -76,7 +76,7 @@ def test_update_limits_progress_lines_validations_and_save_points(demo_dataset, 
     validation at 5; the epoch's end (update 4) is no report of its own."""
     config = tiny_config(max_epochs=None, max_updates=7, max_steps_per_epoch=4, log_every=2, validate_every=3,
                          save_every=5, eval={"max_sentences": 5})
-    hooks, lines = FinalHooks(tmp_path), []
+    hooks, lines = FinalHooks(tmp_path, config), []
     history = fit(config, Dataset.open(demo_dataset), Context(), hooks, log=lines.append)
     assert [int(m["step"]) for m in history] == [3, 5, 6, 7]
     assert [int(m["epoch"]) for m in history] == [1, 2, 2, 2]
@@ -94,7 +94,7 @@ def test_update_limits_progress_lines_validations_and_save_points(demo_dataset, 
 def test_the_best_checkpoint_follows_best_metric_and_its_direction(demo_dataset, tmp_path):
     config = tiny_config(max_epochs=None, max_updates=8, validate_every=2, best_metric="dev_loss",
                          eval={"max_sentences": 5})
-    hooks = FinalHooks(tmp_path)
+    hooks = FinalHooks(tmp_path, config)
     history = fit(config, Dataset.open(demo_dataset), Context(), hooks, log=lambda line: None)
     losses = [m["dev_loss"] for m in history]
     assert hooks.best == [loss == min(losses[:i + 1]) for i, loss in enumerate(losses)]
