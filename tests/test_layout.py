@@ -206,3 +206,22 @@ def test_the_timeout_check_catches_an_untimed_call(tmp_path):
     sample.write_text("import subprocess\nsubprocess.run(['x'], timeout=5)\np = subprocess.Popen(['x'])\n"
                       "p.wait()\np.communicate(timeout=3)\nsubprocess.run(['y'])\n")
     assert untimed_subprocesses(sample) == ["t.py:4 wait", "t.py:6 run"]
+
+
+def test_a_virtual_environment_of_any_name_stays_out_of_the_jobs_working_dir(monkeypatch, tmp_path):
+    """A checkout's venv named anything (``.v``, ``env311``) holds gigabytes of torch that Ray
+    refuses to upload (its 512 MiB limit): every directory with a ``pyvenv.cfg`` is excluded."""
+    import subprocess
+    import sys
+
+    from ray_private import ray_path_spec
+
+    from platform.launch import cluster
+
+    checkout = tmp_path / "checkout"
+    (checkout / "platform").mkdir(parents=True)
+    (checkout / "platform" / "train.py").write_text("")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(checkout / "env311")], check=True, timeout=120)
+    monkeypatch.setattr(cluster, "ROOT", checkout)
+    spec = ray_path_spec(cluster.runtime_excludes())
+    assert spec.match_file("env311/bin/python") and not spec.match_file("platform/train.py")

@@ -28,6 +28,13 @@ RAY_TRAIN_ENV = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.5"}
 LOCAL_RAY_TRAIN_ENV = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1"}
 
 
+def runtime_excludes() -> list[str]:
+    """What the jobs' ``working_dir`` leaves out: ``RUNTIME_EXCLUDES``, and every virtual
+    environment in the checkout whatever its name (a ``pyvenv.cfg``: gigabytes of torch that Ray
+    would refuse to upload)."""
+    return RUNTIME_EXCLUDES + sorted(f"/{path.name}" for path in ROOT.iterdir() if (path / "pyvenv.cfg").is_file())
+
+
 def start_ray(address: str | None = None, *, num_cpus: int | None = None, log_to_driver: bool = True) -> None:
     """Join the cluster at ``address`` (or start a local one, with ``num_cpus`` logical CPUs);
     nothing if Ray is initialised already."""
@@ -76,7 +83,7 @@ def ray_init_kwargs(address: str | None, num_cpus: int | None = None, local: boo
     one started here)."""
     local = address is None if local is None else local
     env_vars = {**RAY_TRAIN_ENV, **(LOCAL_RAY_TRAIN_ENV if local else {})}
-    kwargs = {"address": address, "runtime_env": {"working_dir": str(ROOT), "excludes": RUNTIME_EXCLUDES,
+    kwargs = {"address": address, "runtime_env": {"working_dir": str(ROOT), "excludes": runtime_excludes(),
                                                   "env_vars": env_vars}}
     if address is None:
         kwargs["dashboard_host"] = "127.0.0.1"
