@@ -7,7 +7,7 @@ head's files, a shared directory as the storage, an MLflow server on the head's 
 * MLflow calls per epoch per run: the server's access log, by endpoint, for a 2-worker run of
   ``--max-epochs`` epochs (system metrics every 10 s included).
 
-    python benchmarks/cluster_costs.py [--size smoke|sweep|cpu] [--max-epochs 3]
+    python -m benchmarks.cluster_costs [--size smoke|sweep|cpu] [--max-epochs 3]
 
 Prints a Markdown table (for docs/cluster.md).  Needs root and unshare(1), like the tests.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # the tests' folders first: test_no_shared_disk imports the tests' helpers and servers modules
-sys.path[:0] = [str(ROOT / "tests" / "launch"), str(ROOT / "tests"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tests" / "launch"), str(ROOT / "tests")]
 
 from test_no_shared_disk import HiddenNodeCluster  # noqa: E402  (test infrastructure, reused)
 

@@ -1,9 +1,9 @@
 """GPU checks of the platform's own training step and decoding (docs/performance.md, "GPU").
 
-    python benchmarks/gpu_checks.py precision --data data/demo --updates 300 --out precision.json
-    python benchmarks/gpu_checks.py decode --checkpoints ckpt --test data/demo/conllu/test --src sov --tgt svo
-    python benchmarks/gpu_checks.py step --out step.json          # paper-size step: profile and variants
-    python benchmarks/gpu_checks.py pack --data data/demo --k 1,2,4,8 --seconds 40
+    python -m benchmarks.gpu_checks precision --data data/demo --updates 300 --out precision.json
+    python -m benchmarks.gpu_checks decode --checkpoints ckpt --test data/demo/conllu/test --src sov --tgt svo
+    python -m benchmarks.gpu_checks step --out step.json          # paper-size step: profile and variants
+    python -m benchmarks.gpu_checks pack --data data/demo --k 1,2,4,8 --seconds 40
 
 ``precision`` trains every model ``--updates`` updates in fp32 and again in bf16 autocast from
 the same seed on the same batches (the platform's ``train_step``, sweep-size models) and reports
@@ -25,19 +25,21 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+from models import MODELS
+from platform.data.batching import ShardedBatches
+from platform.data.dataset import PreparedDataset
+from platform.training.checkpoint import checkpoint_state, save_checkpoint
+from platform.training.config import resolve_config
+from platform.training.context import Context
+from platform.training.loop import new_progress
+from platform.training.step import build_training, train_step
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+THIS = [sys.executable, "-m", "benchmarks.gpu_checks"]  # this benchmark again, in a process of its own
 
-import torch  # noqa: E402
 
-from models import MODELS  # noqa: E402
-from platform.data.batching import ShardedBatches  # noqa: E402
-from platform.data.dataset import PreparedDataset  # noqa: E402
-from platform.training.checkpoint import checkpoint_state, save_checkpoint  # noqa: E402
-from platform.training.config import resolve_config  # noqa: E402
-from platform.training.context import Context  # noqa: E402
-from platform.training.loop import new_progress  # noqa: E402
-from platform.training.step import build_training, train_step  # noqa: E402
 
 DEVICE = os.environ.get("GPU_CHECKS_DEVICE", "cuda")  # cpu: a quick dry run of the script itself
 
@@ -148,8 +150,8 @@ def decode(args) -> dict:
 
 
 def step(args) -> dict:
+    from benchmarks.speed.models import model_config, random_batch
     from models import build_model
-    from platform.bench.models import model_config, random_batch
     from platform.training.config import OptimConfig, TrainConfig
 
     torch.manual_seed(0)
@@ -181,7 +183,7 @@ def step(args) -> dict:
         sync()
         return (time.perf_counter() - began) / steps
 
-    from platform.bench.models import transformer_train_flops
+    from benchmarks.speed.models import transformer_train_flops
     flops = transformer_train_flops(config, batch.tgt_ids.shape[0], args.length, args.length, 8000)
     for label, fused, compiled in (("default", False, False), ("fused_adam", True, False),
                                    ("default_again", False, False), ("compiled", False, True)):
@@ -267,9 +269,9 @@ def pack(args) -> dict:
     results = {}
     for model in args.models.split(","):
         for k in (int(x) for x in args.k.split(",")):
-            command = [sys.executable, __file__, "one", "--data", args.data, "--model", model, "--size", args.size,
+            command = [*THIS, "one", "--data", args.data, "--model", model, "--size", args.size,
                        "--seconds", str(args.seconds)]
-            processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
                          for _ in range(k)]
             rates = []
             for process in processes:

@@ -1,10 +1,10 @@
 """The platform's training loop and the study of the papers on one GPU, in one prepared run
 (docs/performance.md, "Compiled training in the real loop"; docs/results.md, "On a GPU").
 
-    python benchmarks/gpu_run.py all --out-dir OUT          # on the GPU machine: loop, then study, in --minutes
-    python benchmarks/gpu_run.py loop --out-dir OUT         # paper-size MFU in the real loop: eager vs compiled
-    python benchmarks/gpu_run.py study --out-dir OUT        # the study's rows x seeds, all at once on the GPU
-    python benchmarks/gpu_run.py table --results OUT/study.json   # the GPU rows into docs/results.md
+    python -m benchmarks.gpu_run all --out-dir OUT          # on the GPU machine: loop, then study, in --minutes
+    python -m benchmarks.gpu_run loop --out-dir OUT         # paper-size MFU in the real loop: eager vs compiled
+    python -m benchmarks.gpu_run study --out-dir OUT        # the study's rows x seeds, all at once on the GPU
+    python -m benchmarks.gpu_run table --results OUT/study.json   # the GPU rows into docs/results.md
 
 ``loop`` trains each (row, compile mode) for ``--warmup`` + ``--updates`` updates through
 ``platform.training.loop.fit`` itself (prefetch thread, pinned batches, ``train_step``, reports),
@@ -34,8 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
-sys.path.insert(1, str(ROOT / "benchmarks"))
+THIS = [sys.executable, "-m", "benchmarks.gpu_run"]  # this benchmark again, in a process of its own
 
 DEVICE = os.environ.get("GPU_RUN_DEVICE", "cuda")
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by the datasheets
@@ -71,7 +70,7 @@ def flops_per_token(args) -> float:
     every sentence's own matmuls and attention squares, as ``transformer_train_flops`` counts."""
     import numpy as np
 
-    from platform.bench.models import transformer_train_flops
+    from benchmarks.speed.models import transformer_train_flops
     from platform.data.dataset import PreparedDataset
 
     dataset = PreparedDataset.open(args.data)
@@ -207,7 +206,7 @@ def worker(command: list[str], timeout: float, args) -> dict:
     """This script's ``command`` in a process of its own: its JSON result, or why it has none."""
     started = time.time()
     try:
-        done = subprocess.run([sys.executable, __file__, *command], capture_output=True, text=True, timeout=timeout,
+        done = subprocess.run([*THIS, *command], capture_output=True, text=True, timeout=timeout,
                               cwd=ROOT)
     except subprocess.TimeoutExpired:
         log(f"{' '.join(command[:5])} timed out after {timeout:.0f} s")
@@ -238,7 +237,7 @@ def study_one(args) -> dict:
 
     import torch
 
-    import study
+    from benchmarks import study
     from platform.data.dataset import PreparedDataset
     from platform.inference import Trained, write_outputs
     from platform.training.config import TrainConfig
@@ -275,7 +274,7 @@ def study_one(args) -> dict:
 
 def study_run(args) -> dict:
     """Every (row, seed) at once, each in its own process on the one GPU, until the deadline."""
-    import study
+    from benchmarks import study
 
     runs = [(row, seed) for row in args.rows for seed in range(1, args.seeds + 1)]
     work = Path(args.work)
@@ -283,7 +282,7 @@ def study_run(args) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     processes = {}
     for row, seed in runs:
-        command = [sys.executable, __file__, "study-one", "--row", row, "--seed", str(seed), "--data", args.data,
+        command = [*THIS, "study-one", "--row", row, "--seed", str(seed), "--data", args.data,
                    "--test", args.test, "--work", str(work), "--max-updates", str(args.max_updates),
                    "--epoch-updates", str(args.epoch_updates)]
         log_file = open(work / f"{study.slug(row)}-s{seed}.log", "w")
@@ -319,7 +318,7 @@ def study_run(args) -> dict:
 def scored_runs(results: dict, shared: dict[str, str]) -> dict:
     """``{row: {seed: study.Scored}}`` of a study run's JSON, as ``study.scored_rows`` reads
     MLflow runs: each run's own row, and the ``shared`` rows from their source rows' runs."""
-    import study
+    from benchmarks import study
 
     rows: dict[str, dict[str, study.Scored]] = {}
     for run in results["runs"]:
@@ -339,7 +338,7 @@ def scored_runs(results: dict, shared: dict[str, str]) -> dict:
 
 def table(args) -> int:
     """The GPU study's tables (``study.paper_tables``) between the GPU markers of ``--out``."""
-    import study
+    from benchmarks import study
     from platform.tracking.significance import signature_tokenizer
 
     results = json.loads(Path(args.results).read_text())
@@ -361,7 +360,7 @@ def table(args) -> int:
 
 
 def main() -> int:
-    import study
+    from benchmarks import study
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -5,7 +5,7 @@ the job ``python -m platform.parse`` runs (``parse_job.parse_corpus``, the CLI's
 per worker count, on one local Ray cluster that it starts; checks that the outputs are the same
 bytes; prints sentences/s while parsing (the actors' pipeline loading apart) and end to end::
 
-    flock /tmp/nmt-ray.lock python benchmarks/parse_speed.py [--lines 4000] [--workers 1 2] [INPUT]
+    flock /tmp/nmt-ray.lock python -m benchmarks.parse_speed [--lines 4000] [--workers 1 2] [INPUT]
 
 Run it when no other Ray cluster runs on the machine.  The last line is the results as JSON.
 """
@@ -19,12 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
+from platform.data.storage import open_text_lines
+from platform.launch.cluster import start_ray
+from platform.launch.parse_job import ParseConfig, parse_corpus
 
-from platform.data.storage import open_text_lines  # noqa: E402
-from platform.launch.cluster import start_ray  # noqa: E402
-from platform.launch.parse_job import ParseConfig, parse_corpus  # noqa: E402 - after the path
+ROOT = Path(__file__).resolve().parents[1]
+
 
 DATA = Path(os.environ.get("NMT_TEST_DATA") or ROOT.parent / "shared" / "data")
 

@@ -1,10 +1,10 @@
 """Learning per update against a peer: JoeyNMT and the platform on the same prepared data.
 
-    python benchmarks/peer_joeynmt.py platform --data data/demo --seeds 1,2,3 --at 200,400,800
-    python benchmarks/peer_joeynmt.py platform --set optim.clip_norm=1.0 --label clip   # one change
-    python benchmarks/peer_joeynmt.py platform --seconds 600 --seeds 1       # a wall-clock budget
-    python benchmarks/peer_joeynmt.py joeynmt --data data/demo --seeds 1,2,3 --at 200,400,800
-    python benchmarks/peer_joeynmt.py table results.jsonl
+    python -m benchmarks.peer_joeynmt platform --data data/demo --seeds 1,2,3 --at 200,400,800
+    python -m benchmarks.peer_joeynmt platform --set optim.clip_norm=1.0 --label clip   # one change
+    python -m benchmarks.peer_joeynmt platform --seconds 600 --seeds 1       # a wall-clock budget
+    python -m benchmarks.peer_joeynmt joeynmt --data data/demo --seeds 1,2,3 --at 200,400,800
+    python -m benchmarks.peer_joeynmt table results.jsonl
 
 Both train the Transformer of ``platform.train --model transformer --size cpu`` (2+2 layers,
 d 128, 4 heads, d_ff 512, post-LN, tied target embeddings, dropout 0.1, Adam (0.9, 0.98),
@@ -38,7 +38,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
 
 PEER = ["joeynmt==2.3.0", "importlib_metadata", "sentencepiece==0.2.0"]
 SETTING = {"lr": 2e-3, "warmup": 100, "tokens": 1500, "clip": 1.0, "smoothing": 0.1}

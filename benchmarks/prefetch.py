@@ -5,8 +5,8 @@ but at the end) with ``prefetch`` 0 (collation on the training thread) and 2 (a 
 2 updates ahead), alternating, and prints the wall time of each run, their speed ratio and the
 share of time spent waiting for batches (``data_wait_share``, of the last report's window)::
 
-    python benchmarks/prefetch.py --data data/demo --model transformer --updates 200 --rounds 3
-    python benchmarks/prefetch.py --data data/tanaka --model hier_tree_gru --updates 100
+    python -m benchmarks.prefetch --data data/demo --model transformer --updates 200 --rounds 3
+    python -m benchmarks.prefetch --data data/tanaka --model hier_tree_gru --updates 100
 
 Writes one JSON line per run to ``--out`` (default: stdout only).
 """
@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
+import torch
 
-import torch  # noqa: E402 - after the path: torch imports platform
+ROOT = Path(__file__).resolve().parents[1]
+
 
 
 def one_run(model: str, data: str, updates: int, prefetch: int) -> dict:

@@ -1,8 +1,8 @@
 """How preparing and training scale with the corpus: peak memory, private memory per pair, time
 to the first update and the data-wait share, on synthetic corpora of millions of pairs.
 
-    python benchmarks/scale.py --pairs 1000000 2000000 5000000 --work /tmp/scale
-    python benchmarks/scale.py --pairs 1000000 --work /tmp/scale --steps prepare
+    python -m benchmarks.scale --pairs 1000000 2000000 5000000 --work /tmp/scale
+    python -m benchmarks.scale --pairs 1000000 --work /tmp/scale --steps prepare
 
 For each size N it generates a synthetic CoNLL-U corpus of N pairs (the demo grammar's large
 lexicon, each sentence two to four clauses joined under the first clause's root: 20–40 words a
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
+THIS = [sys.executable, "-m", "benchmarks.scale"]  # this benchmark again, in a process of its own
 
 SRC, TGT = "sov", "svo"
 SPLIT_PAIRS = {"dev": 500, "test": 500}
@@ -260,7 +260,7 @@ def train_probe(dataset: str, cache: str, updates: int) -> dict:
 
 
 def in_fresh_process(*args: str) -> dict:
-    result = subprocess.run([sys.executable, __file__, "--probe", *args], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([*THIS, "--probe", *args], cwd=ROOT, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"probe {args} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """The papers' comparisons on real Japanese–English data, run with the platform itself.
 
-    python benchmarks/study.py                       # the study: 3 rows x 3 seeds at the cpu size
-    python benchmarks/study.py --table-only          # rebuild the tables in docs/results.md from MLflow
+    python -m benchmarks.study                       # the study: 3 rows x 3 seeds at the cpu size
+    python -m benchmarks.study --table-only          # rebuild the tables in docs/results.md from MLflow
 
 Every row is a paper recipe (``platform/training/recipes.py``, e.g. ``deguchi2019/enc+dec``: that
 table row's own settings) trained by the platform's driver (Ray Train, one worker, as
@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repository's platform package, not the standard library's
 
 # every row is a paper recipe (platform/training/recipes.py: the row's own settings); baseline → (title, rows).
 # Deguchi's and Omote's Transformer baselines are the same config, so it runs once for both.

@@ -278,7 +278,7 @@ def brackets(parent: list[int], length: int, width: int, tokens: list[str]) -> s
 def bottom_up_per_node(leaves: Tensor, parent: Tensor, lengths: Tensor, cell: nn.Module) -> Tensor:
     """Reference: one sentence and one node at a time (what the batched schedule replaces).
 
-    Used by the tests (equal values and gradients) and by ``platform.bench`` (batched vs per-sentence)."""
+    Used by the tests (equal values and gradients) and by ``benchmarks.speed`` (batched vs per-sentence)."""
     width = leaves.shape[1]
     lstm = isinstance(cell, BinaryTreeLSTMCell)
     sentences = []

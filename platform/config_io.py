@@ -32,7 +32,7 @@ def _loader():
     """YAML with the float syntax of YAML 1.2, so ``lr: 5e-4`` is a number, not a string.
 
     Built on first use: importing this module (and the configs declared with it) needs no
-    PyYAML, so ``platform.bench`` runs with torch and ``models/`` alone."""
+    PyYAML, so ``benchmarks.speed`` runs with torch and ``models/`` alone."""
     import yaml
 
     class Loader(yaml.SafeLoader):

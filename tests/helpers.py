@@ -219,14 +219,10 @@ def end_ray_processes_under(temp_dir: str | Path, timeout: float = 3.0) -> int:
 
 
 def benchmark_module(name: str):
-    """``benchmarks/<name>.py`` imported as a module (``benchmarks/`` is not a package)."""
-    import importlib.util
+    """``benchmarks/<name>.py``, imported (a benchmark's imports run only where a test needs it)."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # where its dataclasses look themselves up
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def optuna_search(searcher):

@@ -2,5 +2,5 @@
 the one resolver), ``recipes`` (the papers' table rows), ``context`` (rank, device, precision),
 ``loss``, ``step`` (one update), ``evaluate``, ``metrics``, ``checkpoint`` (saving, loading,
 restoring), ``averaging`` (the last epochs' weights) and ``loop`` (``fit``).
-``platform.launch`` runs them under Ray Train and Tune; tests and ``platform.bench`` call them
+``platform.launch`` runs them under Ray Train and Tune; tests and ``benchmarks.speed`` call them
 directly."""

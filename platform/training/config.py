@@ -5,7 +5,7 @@
 trial's knobs to it first.  ``load_train_config`` is the one strict loader (the model's
 config class chosen by ``model.name``, recipes' layer fractions resolved).
 
-Nothing here imports pyarrow, sacrebleu or Ray: ``platform.bench`` builds configs with torch
+Nothing here imports pyarrow, sacrebleu or Ray: ``benchmarks.speed`` builds configs with torch
 and ``models/`` alone.
 """
 

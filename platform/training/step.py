@@ -2,7 +2,7 @@
 ``platform.training.loss``, gradient clipping, mixed precision by the device (bf16 autocast, or
 fp16 with loss scaling; ``Context.with_precision``) (docs/architecture.md).
 
-Imports torch, ``models/`` and the configs only, so ``platform.bench`` times exactly this step.
+Imports torch, ``models/`` and the configs only, so ``benchmarks.speed`` times exactly this step.
 """
 
 from __future__ import annotations

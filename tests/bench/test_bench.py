@@ -1,4 +1,4 @@
-"""platform.bench at a tiny size: real models, the real train step, real timing, real JSON; no speed
+"""benchmarks.speed at a tiny size: real models, the real train step, real timing, real JSON; no speed
 targets asserted."""
 
 import json
@@ -12,9 +12,9 @@ from helpers import ROOT
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from benchmarks.speed import common, decode, runner, sweep, trees
+from benchmarks.speed import models as bench_models
 from models import MODELS, build_model
-from platform.bench import common, decode, runner, sweep, trees
-from platform.bench import models as bench_models
 from platform.training.loss import loss_sums, teacher_forcing, to_source
 
 TINY = dict(size="tiny", tokens=64, length=8, vocab=50, warmup=0, steps=1, rounds=2, decode_sentences=2,
@@ -124,7 +124,7 @@ def test_cli_without_ray_mlflow_optuna_writes_the_json_and_skips_the_ray_section
         "import sys\n"
         "for name in ('ray', 'mlflow', 'optuna', 'pyarrow', 'sacrebleu', 'sacremoses', 'yaml', 'sentencepiece'):\n"
         "    sys.modules[name] = None  # import fails: as if not installed\n"
-        "from platform.bench import runner\n"
+        "from benchmarks.speed import runner\n"
         f"sys.exit(runner.main(['--device', 'cpu', '--quick', '--size', 'tiny', '--tokens', '64', '--length', '8',"
         f" '--vocab', '50', '--models', 'transformer,dbsa', '--only', 'models,ddp,sweep', '--out', {str(out)!r}]))\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)

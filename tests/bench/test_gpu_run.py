@@ -28,7 +28,7 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
         first_sentences(tanaka / f"test.{lang}.conllu.gz", tmp_path / f"test.{lang}.conllu.gz", 12)
     out = tmp_path / "out"
     env = {**os.environ, "GPU_RUN_DEVICE": "cpu"}
-    run = subprocess.run([sys.executable, "benchmarks/gpu_run.py", "all", "--data", str(tanaka_dataset),
+    run = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "all", "--data", str(tanaka_dataset),
                           "--out-dir", str(out), "--work", str(tmp_path / "work"), "--test", str(test),
                           "--warmup", "1", "--updates", "1", "--profile", "1", "--max-tokens", "256",
                           "--plan", "deguchi2019/baseline:off", "--rows", "deguchi2019/baseline", "omote2019/dep+rel",
@@ -46,7 +46,7 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
                      "omote2019/dep+rel": {"test", "test_avg2"}}
     results = tmp_path / "results.md"
     results.write_text("# Results\n\nwritten by hand, kept\n")
-    table = subprocess.run([sys.executable, "benchmarks/gpu_run.py", "table", "--results", str(out / "study.json"),
+    table = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "table", "--results", str(out / "study.json"),
                             "--out", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr[-3000:]
     text = results.read_text()

@@ -35,7 +35,7 @@ def tiled(dataset, out, pairs):
 
 
 def probe(*args):
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale.py"), "--probe", *args], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--probe", *args], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     import json

@@ -12,10 +12,10 @@ import torch
 from helpers import tiny_config
 from model_helpers import tree_source
 
+from benchmarks.speed.models import random_batch
 from models import MODELS, build_model, default_config
 from models.rnn import LeafEncoder
 from models.tree import BinaryTreeLSTMCell, TreeGRUCell, TreeSchedule, bottom_up
-from platform.bench.models import random_batch
 from platform.training.context import Context
 from platform.training.step import build_optimizer, train_step
 

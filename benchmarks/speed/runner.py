@@ -1,4 +1,4 @@
-"""Running the sections, checking the targets, and the command line of ``python -m platform.bench``."""
+"""Running the sections, checking the targets, and the command line of ``python -m benchmarks.speed``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-import platform.bench
-from platform.bench.common import (
+import benchmarks.speed
+from benchmarks.speed.common import (
     MFU_TARGET,
     RATIO_TARGETS,
     RAY_SECTIONS,
@@ -31,11 +31,11 @@ from platform.bench.common import (
     make_settings,
     median_ratio,
 )
-from platform.bench.decode import bench_decode, print_decode
-from platform.bench.distributed import bench_ddp, print_ddp
-from platform.bench.models import bench_models, print_models
-from platform.bench.sweep import bench_sweep, print_sweep
-from platform.bench.trees import bench_trees, print_trees
+from benchmarks.speed.decode import bench_decode, print_decode
+from benchmarks.speed.distributed import bench_ddp, print_ddp
+from benchmarks.speed.models import bench_models, print_models
+from benchmarks.speed.sweep import bench_sweep, print_sweep
+from benchmarks.speed.trees import bench_trees, print_trees
 
 # ------------------------------------------------------------------------------ targets
 
@@ -114,8 +114,8 @@ def run_benchmark(settings: Settings, sections: list[str]) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m platform.bench",
-                                     description=platform.bench.__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed",
+                                     description=benchmarks.speed.__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the model sections run")
     parser.add_argument("--out", metavar="FILE.json", help="write the results as JSON")

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
+from benchmarks.speed.common import TREE_SPEEDUP_TARGET, Settings, _fmt, interleaved_seconds, median_ratio
+from benchmarks.speed.models import random_trees
 from models import build_model, default_config
 from models.inputs import Source
 from models.tree import BinaryTreeLSTMCell, TreeGRUCell, TreeSchedule, bottom_up, bottom_up_per_node
-from platform.bench.common import TREE_SPEEDUP_TARGET, Settings, _fmt, interleaved_seconds, median_ratio
-from platform.bench.models import random_trees
 
 # ------------------------------------------------------------------------------ trees
 

@@ -13,12 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from models import MODELS, build_model, default_config
-from models.inputs import ModelOutput, Source
-from models.layers import Embedding
-from models.rnn import RNNConfig
-from models.transformer import TransformerConfig
-from platform.bench.common import (
+from benchmarks.speed.common import (
     REFERENCE,
     RNN_SIZES,
     TRANSFORMER_SIZES,
@@ -28,6 +23,11 @@ from platform.bench.common import (
     median_ratio,
     peak_flops,
 )
+from models import MODELS, build_model, default_config
+from models.inputs import ModelOutput, Source
+from models.layers import Embedding
+from models.rnn import RNNConfig
+from models.transformer import TransformerConfig
 from platform.data.tensors import Batch
 from platform.training.config import OptimConfig, TrainConfig
 from platform.training.context import Context

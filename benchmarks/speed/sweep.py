@@ -10,7 +10,7 @@ import tempfile
 import time
 from typing import Any
 
-from platform.bench.common import ROOT, SKIPPED_NO_RAY, Settings, _fmt, ray_available
+from benchmarks.speed.common import ROOT, SKIPPED_NO_RAY, Settings, _fmt, ray_available
 
 # ------------------------------------------------------------------------------ Ray: sweep overhead
 

@@ -1,8 +1,8 @@
-"""``python -m platform.bench``: how fast the models and the platform are, side by side in one run.
+"""``python -m benchmarks.speed``: how fast the models and the platform are, side by side in one run.
 
-    python -m platform.bench --device cpu --out bench_cpu.json             # every section
-    python -m platform.bench --device cuda --skip-ray --out bench_h100.json  # a GPU box with torch only
-    python -m platform.bench --only models,decode --quick                  # a short look
+    python -m benchmarks.speed --device cpu --out bench_cpu.json             # every section
+    python -m benchmarks.speed --device cuda --skip-ray --out bench_h100.json  # a GPU box with torch only
+    python -m benchmarks.speed --only models,decode --quick                  # a short look
 
 Sections (``--only`` picks some; ``--skip-ray`` drops the two that need Ray):
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from platform.bench.common import SKIPPED_NO_RAY, Settings, ray_available
+from benchmarks.speed.common import SKIPPED_NO_RAY, Settings, ray_available
 
 
 def ddp_worker(loop: dict[str, Any]) -> None:

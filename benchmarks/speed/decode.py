@@ -8,11 +8,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from benchmarks.speed.common import Settings, _fmt, interleaved_seconds, median_ratio
+from benchmarks.speed.models import model_config, random_source
 from models import build_model
 from models.inputs import Source
 from models.search import beam_search
-from platform.bench.common import Settings, _fmt, interleaved_seconds, median_ratio
-from platform.bench.models import model_config, random_source
 from platform.training.config import EvalConfig
 
 # ------------------------------------------------------------------------------ decode
