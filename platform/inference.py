@@ -31,7 +31,7 @@ from platform.errors import UserError
 from platform.scoring import DEFAULT_METRICS, METRIC_KEYS, default_tokenizer, read_references, score_metrics
 from platform.scoring import sacrebleu_commands as scoring_commands
 from platform.tracking.run_files import fetch_checkpoint, fetch_kept
-from platform.training.averaging import LAST, LEGACY_LAST, average, kept_files, kept_weights
+from platform.training.averaging import average, kept_files, kept_weights
 from platform.training.checkpoint import (
     IncompatibleCheckpoint,
     load_checkpoint,
@@ -43,6 +43,7 @@ from platform.training.config import DecodeConfig, TrainConfig
 from platform.training.context import Context
 from platform.training.evaluate import Evaluation, evaluate
 from platform.training.metrics import detokenizer, sacrebleu_commands
+from platform.training.retention import LAST, LEGACY_LAST
 
 
 def averaged_weights(count: int, *, run_id: str | None, checkpoint: Path, tracking_uri: str | None) -> dict:

@@ -109,7 +109,8 @@ def test_average_last_evaluates_the_mean_of_the_last_update_checkpoints(counted_
     import torch
 
     from platform.inference import Trained
-    from platform.training.averaging import LAST, kept_files, kept_weights
+    from platform.training.averaging import kept_files, kept_weights
+    from platform.training.retention import LAST
 
     kept = kept_files(counted_in_updates / LAST)
     assert [path.name for path in kept] == ["update_00000006.pt", "update_00000008.pt", "update_00000009.pt"]

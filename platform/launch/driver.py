@@ -25,6 +25,7 @@ from platform.tracking import spool as outage
 from platform.tracking.relay import start_relay
 from platform.tracking.spool import Spool, spool_root
 from platform.training.config import TrainConfig
+from platform.training.retention import resume_kept
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
             name=job.run_name, storage_path=str(job.storage_path),
             failure_config=ray.train.FailureConfig(max_failures=job.max_failures),
             # the newest checkpoints, to resume from (the best one goes to MLflow from rank 0)
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=config.resume_checkpoints),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=resume_kept(config)),
             logging_config=ray.train.LoggingConfig(log_level="ERROR"),  # our own progress lines only
             callbacks=callbacks),
     )

@@ -16,12 +16,12 @@ from platform.data.dataset import DatasetRef, PreparedDataset
 from platform.data.storage import locate
 from platform.tracking.logger import RunLogger
 from platform.tracking.system import node_sampler
-from platform.training.averaging import KeptWeights
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.context import Context, chosen_precision
 from platform.training.hooks import temp_checkpoint
 from platform.training.loop import UPDATE_METRICS, fit
+from platform.training.retention import Retention
 from platform.training.step import Diverged
 from platform.training.stopping import STOPPED_EARLY, early_stopping_reason
 
@@ -137,10 +137,9 @@ class RayHooks:
     def __init__(self, rank: int, tracking_uri: str, run_id: str, config: TrainConfig, dataset_dir: str,
                  example_source: str = "a source sentence", kept_at: str = "", spool: str | None = None):
         self.rank, self.config, self.dataset_dir, self.run_id = rank, config, dataset_dir, run_id
-        # the kept weights (averaging window, best N) in the run's storage: they outlive a worker
-        self.kept = (KeptWeights(locate(kept_at), config.average_last, config.keep_best, config.best_mode)
-                     if rank == 0 and kept_at else None)
-        self.reported_best: int | None = None  # the best update of the last report Ray has (settle_best)
+        # what the run keeps besides Ray's resume checkpoints (the best one, the last N and best N
+        # weights), in the run's storage: it outlives a worker
+        self.retention = Retention(locate(kept_at), config) if rank == 0 and kept_at else None
         self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
         # what MLflow cannot take when the worker ends is kept in the run's storage (tracking.spool)
         self.logger = RunLogger(tracking_uri, run_id, spool=spool) if rank == 0 else None
@@ -166,14 +165,14 @@ class RayHooks:
 
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:
-            if self.kept is not None:  # what a worker killed before its first checkpoint kept
-                self.kept.forget_after(0)
+            if self.retention is not None:  # what a worker killed before its first checkpoint kept
+                self.retention.resumed(0)
             return None
         with checkpoint.as_directory() as directory:
             state = load_checkpoint(Path(directory) / CHECKPOINT_FILE)
         self.history = list(state["progress"]["history"])
-        if self.kept is not None:  # what was kept after this checkpoint is trained (and kept) again
-            self.kept.forget_after(state["progress"]["step"])
+        if self.retention is not None:
+            self.retention.resumed(state["progress"]["step"])
         if self.logger is not None:  # visible in MLflow: this run survived a failure
             restarts = int(self.logger.get_tag("restarts") or 0) + 1
             self.logger.tag("restarts", str(restarts))
@@ -186,10 +185,6 @@ class RayHooks:
         if self.logger is not None:
             self.logger.tag("diverged", reason)
             self.logger.drain(30)  # in the store before Ray restarts the group, which reads it
-
-    def keep_weights(self, step: int, weights: dict, score: float | None) -> None:
-        if self.kept is not None:  # logged to MLflow by finish()
-            self.kept.keep(step, weights, score)
 
     def progress(self, metrics, step) -> None:
         self.logger.metrics(metrics, step=step)
@@ -218,7 +213,12 @@ class RayHooks:
             ray.train.report(reported)
             return
         self.history.append(metrics)
-        self._log(metrics, state, evaluation, is_best)
+        if is_best:
+            save_checkpoint(state, self.workdir / "best" / CHECKPOINT_FILE)
+        if self.retention is not None:  # logged to MLflow by finish()
+            self.retention.checkpoint(state, metrics, evaluation is not None,
+                                      self.workdir / "best" / CHECKPOINT_FILE if is_best else None)
+        self._log(metrics, evaluation, is_best)
         if metrics.get(STOPPED_EARLY):  # the reason in the run (a sweep's summary says COMPLETE)
             self.logger.tag("stopped", early_stopping_reason(self.config))
         if final:
@@ -226,12 +226,10 @@ class RayHooks:
             self.logger.settle()  # delivered, or kept in the spool: nothing left in this process
         with temp_checkpoint(state) as directory:
             ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
-        if self.kept is not None:  # settled one report behind: the report before this one is registered
-            if self.reported_best is not None:
-                self.kept.settle_best(self.reported_best)
-            self.reported_best = int(state["progress"]["best_step"])
+        if self.retention is not None:
+            self.retention.registered(state)
 
-    def _log(self, metrics, state, evaluation, is_best) -> None:
+    def _log(self, metrics, evaluation, is_best) -> None:
         """A report in MLflow at its update (``step``); the train metrics that a progress entry
         logged at that update already are not logged twice."""
         from platform.tracking import plots  # matplotlib: only rank 0 needs it
@@ -247,9 +245,6 @@ class RayHooks:
             self.logger.text("\n".join(evaluation.hypotheses) + "\n", f"dev_hypotheses/{name}.txt")
             self.logger.tag("sacrebleu_signature", evaluation.signature)
         if is_best:
-            save_checkpoint(state, self.workdir / "best" / CHECKPOINT_FILE)
-            if self.kept is not None:  # where a restarted worker group finds it
-                self.kept.keep_best_checkpoint(step, (self.workdir / "best" / CHECKPOINT_FILE).read_bytes())
             self.logger.artifact(self.workdir / "best" / CHECKPOINT_FILE, "best")
             self.logger.tag("best_epoch", str(epoch))
             self.logger.tag("best_step", str(step))
@@ -272,8 +267,8 @@ class RayHooks:
             logged = (self.logger.model_steps() or set()) if restored_at is not None else set()  # a read: only then
             if best.exists() and restored_at not in logged:
                 self._log_mlflow_model(best)
-            if self.kept is not None:  # for evaluate --average-last, and the best N
-                for kind, paths in self.kept.copy_to(self.workdir / "kept").items():
+            if self.retention is not None:  # for evaluate --average-last, and the best N
+                for kind, paths in self.retention.copy_to(self.workdir / "kept").items():
                     for path in paths:
                         self.logger.artifact(path, kind)
             # how long rank 0's calls into MLflow held training up (RunLogger.held_s): ~0 by design
@@ -286,7 +281,7 @@ class RayHooks:
         best may predate the restart, and goes to MLflow again (the dead worker's upload may
         have been lost with its queue)."""
         best = self.workdir / "best" / CHECKPOINT_FILE
-        stored = self.kept.best_checkpoint() if self.kept is not None and not best.exists() else None
+        stored = self.retention.best_checkpoint() if self.retention is not None and not best.exists() else None
         if stored is None:
             return best, None
         atomic.write_file(best, lambda handle: handle.write(stored.read_bytes()))

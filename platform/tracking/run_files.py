@@ -8,8 +8,9 @@ from pathlib import Path
 from platform.errors import UserError
 from platform.tracking.logger import RunLogger
 from platform.tracking.store import client
-from platform.training.averaging import LAST, LEGACY_LAST, kept_files
+from platform.training.averaging import kept_files
 from platform.training.checkpoint import CHECKPOINT_FILE
+from platform.training.retention import LAST, LEGACY_LAST
 
 
 def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> Path:

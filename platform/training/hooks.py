@@ -1,5 +1,6 @@
 """What the training loop's surroundings provide (``Hooks``): resuming, wrapping the model,
-reporting with a checkpoint, progress, the weights kept.  ``LocalHooks`` runs the loop alone in
+reporting with a checkpoint, progress.  What is kept of the checkpoints is decided by
+``training.retention.Retention``, which the hooks hand every reported checkpoint.  ``LocalHooks`` runs the loop alone in
 one process (tests, benchmarks); ``platform.launch.worker.RayHooks`` runs it under Ray Train."""
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import torch
 
 from platform.atomic import owned_scratch
 from platform.data.storage import locate
-from platform.training.averaging import KeptWeights
 from platform.training.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from platform.training.config import TrainConfig
 from platform.training.evaluate import Evaluation
+from platform.training.retention import Retention
 
 
 class Hooks:
@@ -41,17 +42,12 @@ class Hooks:
     def diverged(self, reason: str) -> None:
         """Training stops for good with ``reason`` (the loss became NaN/inf)."""
 
-    def keep_weights(self, step: int, weights: dict, score: float | None) -> None:
-        """Rank 0, at each checkpoint before it is reported (where the config keeps any): its
-        model weights for averaging (``average_last``) and, validated (``score``), for the best N
-        (``keep_best``); the hooks decide where, made with the run's config."""
-
 
 @dataclass
 class LocalHooks(Hooks):
-    """Keeps checkpoints in a directory (``last.pt``, ``best.pt``), the reported metrics and
-    the progress metrics (with their update), and the weights the run's ``config`` keeps for
-    averaging and the best N (``training.averaging``: under the directory)."""
+    """Keeps checkpoints in a directory (``last.pt``: the one resume checkpoint, ``best.pt``),
+    the reported metrics and the progress metrics (with their update), and what the run's
+    ``config`` keeps besides (``training.retention``: under the directory)."""
 
     directory: Path
     config: TrainConfig
@@ -59,8 +55,7 @@ class LocalHooks(Hooks):
     progressed: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        config = self.config
-        self.kept = KeptWeights(locate(self.directory), config.average_last, config.keep_best, config.best_mode)
+        self.retention = Retention(locate(self.directory), self.config)
 
     def progress(self, metrics, step) -> None:
         self.progressed.append((step, metrics))
@@ -70,18 +65,18 @@ class LocalHooks(Hooks):
         if not last.exists():
             return None
         state = load_checkpoint(last)
-        KeptWeights(locate(self.directory), 0).forget_after(state["progress"]["step"])
+        self.retention.resumed(state["progress"]["step"])
         return state
-
-    def keep_weights(self, step: int, weights: dict, score: float | None) -> None:
-        self.kept.keep(step, weights, score)
 
     def report(self, metrics, state, evaluation, is_best, final=False) -> None:
         self.reported.append(metrics)
         if state is not None:
+            best = Path(self.directory) / "best.pt" if is_best else None
+            if best is not None:
+                save_checkpoint(state, best)
+            self.retention.checkpoint(state, metrics, evaluation is not None, best)
             save_checkpoint(state, Path(self.directory) / "last.pt")
-            if is_best:
-                save_checkpoint(state, Path(self.directory) / "best.pt")
+            self.retention.registered(state)
 
 
 @contextmanager

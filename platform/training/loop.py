@@ -282,7 +282,6 @@ class _Run:
                  if self.ctx.rank == 0 else None)
         if self.ctx.rank == 0 and validate:
             self.log(progress_line(metrics, self.config))
-        self.keep_weights(metrics, validate)
         self.hooks.report(metrics, state, evaluation, is_best, final=final or stop)
         self.window.reset()
         self.logged.began += time.perf_counter() - began  # a progress line's tokens/s counts updates only
@@ -302,12 +301,3 @@ class _Run:
             metrics["startup_s"] = max(0.0, window.first_step_at - window.started_at)
             window.started_at = None
         return metrics
-
-    def keep_weights(self, metrics: dict[str, float], validated: bool) -> None:
-        """Rank 0, at each checkpoint: its weights for averaging and for the best N."""
-        config = self.config
-        if self.ctx.rank == 0 and (config.average_last or config.keep_best):
-            score = metrics.get(config.best_metric) if validated else None
-            self.hooks.keep_weights(self.progress["step"], self.model.state_dict(), score)
-
-

@@ -128,7 +128,8 @@ def test_a_uris_own_options_reach_every_file_of_the_dataset(s3_server, demo_data
 def test_kept_weights_live_on_s3_as_in_a_directory(on_s3, tmp_path):
     import torch
 
-    from platform.training.averaging import LAST, KeptWeights, kept_files
+    from platform.training.averaging import kept_files
+    from platform.training.retention import LAST, KeptWeights
 
     kept = KeptWeights(storage.locate("s3://data/run/kept"), last=2, best=1)
     for step in (5, 10, 15):

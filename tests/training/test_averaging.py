@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from platform.data.storage import locate
-from platform.training.averaging import BEST, BEST_CHECKPOINT, LAST, KeptWeights, average, kept_files, kept_weights
+from platform.training.averaging import average, kept_files, kept_weights
+from platform.training.retention import BEST, BEST_CHECKPOINT, LAST, KeptWeights
 
 
 def weights(value: float) -> dict:

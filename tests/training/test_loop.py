@@ -6,10 +6,11 @@ import torch
 from helpers import tiny_config
 
 from platform.data.dataset import PreparedDataset as Dataset
-from platform.training.averaging import BEST, LAST, kept_files, kept_weights
+from platform.training.averaging import kept_files, kept_weights
 from platform.training.context import Context
 from platform.training.hooks import LocalHooks
 from platform.training.loop import fit
+from platform.training.retention import BEST, LAST
 
 
 class FinalHooks(LocalHooks):
