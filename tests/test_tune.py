@@ -278,6 +278,16 @@ def test_a_papers_sweep_through_a_tracking_outage_confirms_its_best_config_on_te
     assert re.search(r"\| \d+\.\d\d ± \d+\.\d\d \|", row) and re.search(r"\| 0\.\d{4} \|", row)  # mean ± std, p
     means = [r.data.metrics["test_bleu"] for r in confirms if r.data.tags["confirm_of"] == best]
     assert f"{sum(means) / len(means):.2f} ±" in row
+    # the primary test is over seeds (Welch, Holm over the table), the paired ones secondary
+    from platform.tracking.significance import seed_test
+
+    baseline_bleu = [r.data.metrics["test_bleu"] for r in confirms if r.data.tags["confirm_of"].startswith("baseline")]
+    over_seeds = seed_test(baseline_bleu, means)
+    header = next(line for line in text.splitlines() if line.startswith("| config |"))
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in row.split("|")]))
+    assert cells["Δ BLEU (95% CI)"].startswith(f"{over_seeds.difference:+.2f} [{over_seeds.low:+.2f}, ")
+    assert cells["p (seeds)"] == cells["p (Holm)"] == f"{over_seeds.p_value:.4f}"  # one config: Holm changes nothing
+    assert "Welch's t-test" in text and "the test set's variance only" in text
     assert "Confirmation on test" in out and best in out
     # --register-model: the winner (the higher mean test BLEU), its seed run with the better dev BLEU
     means_of = {config: statistics.mean(r.data.metrics["test_bleu"] for r in confirms

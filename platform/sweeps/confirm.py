@@ -5,10 +5,12 @@ search, the K best distinct configs and the space's paper baseline (its ``baseli
 trained again from scratch, each with ``--confirm-seeds`` seeds, to the full epoch budget
 (nothing stops them early), and each run's best checkpoint is decoded on the test split with
 its recipe's decoding (beam, length penalty), as ``platform.evaluate --run`` does.  The parent
-run then gets, per config, test BLEU and chrF as mean ± std over the seeds, and a paired test
-against the baseline (``tracking.significance``: paired bootstrap and approximate
-randomisation, sacrebleu) on the seeds' outputs concatenated (seed s of a config paired with
-seed s of the baseline, sentence by sentence), so the test sees the seed-to-seed variation too.
+run then gets, per config, test BLEU and chrF as mean ± std over the seeds and, against the
+baseline (``tracking.significance``), the primary test over seeds (each seed one training run:
+the difference of the means with its 95 % CI, Welch's p, Holm's correction over the table), then
+the paired tests (bootstrap, approximate randomisation, sacrebleu) on the seeds' outputs
+concatenated (seed s of a config paired with seed s of the baseline, sentence by sentence),
+which measure the test set's variance only.
 
 The confirmation runs are one more Ray Tune experiment, ``SWEEP-confirm``, beside the sweep's:
 a grid over (config, seed), every run an MLflow child run of the sweep tagged ``stage=confirm``
@@ -34,7 +36,7 @@ from platform.launch.driver import Job, run
 from platform.scoring import METRICS
 from platform.sweeps.continuation import experiment_name, under
 from platform.sweeps.spaces import RECIPE_KNOB
-from platform.tracking import runs, store
+from platform.tracking import runs, significance, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.run_files import log_test_results
 from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs
@@ -204,10 +206,12 @@ def _recipe(sweep, candidate: Candidate) -> str:
 
 
 def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, int], str], seeds: int) -> Confirmation:
-    """Per candidate: test BLEU and chrF mean ± std over its seeds, and the paired tests against
-    the baseline (``tracking.significance``) on the seeds' outputs concatenated."""
+    """Per candidate: test BLEU and chrF mean ± std over its seeds; against the baseline, the
+    primary test over seeds (the difference of the means with its 95 % CI, Welch's p and Holm's
+    over the table: training's variance) and, secondary, the paired tests on the seeds' outputs
+    concatenated (the test set's variance only; ``tracking.significance``)."""
     client = store.client(sweep.tracking_uri)
-    rows, hypotheses, references = [], [], []
+    rows, hypotheses, references, bleu = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="nmt-confirm-") as scratch:
         for index, candidate in enumerate(chosen):
             run_ids = [scored[key] for key in sorted(scored) if key[0] == index]
@@ -223,15 +227,20 @@ def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, i
                 values = [m[key] for m in metrics]
                 row[key] = mean_std(values)
                 row[f"{key}_mean"] = statistics.mean(values)
+            bleu.append([m["test_bleu"] for m in metrics])
             rows.append(row)
         tokenizer = logged_tokenizer(client, scored[min(scored)])
     sentences = len(references[0]) // max(seeds, 1) if references else 0
     if not chosen or not chosen[0].is_baseline:
         return Confirmation(rows, seeds, sentences, tests="no baseline: the space names no baseline recipe, "
                                                           "so no significance test")
+    for row, cells in zip(rows, significance.seed_columns(bleu)):  # the primary test: over seeds
+        row.update({key: value for key, value in cells.items() if key != "BLEU"})
     table = significance_table(rows, hypotheses, references[0], tokenizer)
     return Confirmation(table, seeds, sentences,
-                        tests=f"tested on the seeds' outputs concatenated ({methods(tokenizer)})")
+                        tests=f"primary, each config against the baseline {significance.seed_methods()}; "
+                              f"secondary, the test set's variance only: p (bs), p (ar) on the seeds' outputs "
+                              f"concatenated ({methods(tokenizer)})")
 
 
 def shown_rows(confirmation: Confirmation) -> list[dict[str, Any]]:
