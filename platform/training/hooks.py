@@ -71,11 +71,12 @@ class LocalHooks(Hooks):
     def report(self, metrics, state, evaluation, is_best, final=False) -> None:
         self.reported.append(metrics)
         if state is not None:
-            best = Path(self.directory) / "best.pt" if is_best else None
-            if best is not None:
-                save_checkpoint(state, best)
-            self.retention.checkpoint(state, metrics, evaluation is not None, best)
+            # the windows of weights; the best checkpoint is best.pt itself (one process: no
+            # restarted worker group looks for it in the run's storage)
+            self.retention.checkpoint(state, metrics, evaluation is not None, None)
             save_checkpoint(state, Path(self.directory) / "last.pt")
+            if is_best:
+                save_checkpoint(state, Path(self.directory) / "best.pt")
             self.retention.registered(state)
 
 

@@ -8,7 +8,7 @@ What is kept, how many (the config key), where, and until when:
 * **the best checkpoint**, the whole state, by ``best_metric``: one, under ``best/`` in the run's
   kept location and in MLflow's ``best/``; the previous one stays until a report after the new
   best is registered, so a restarted run (which resumes from a registered checkpoint) still
-  ends with the best of the whole run;
+  ends with the best of the whole run (``LocalHooks``, one process: ``best.pt``);
 * **the last N weights**: ``average_last``, under ``last_checkpoints/`` (and MLflow's, at the
   run's end); the oldest beyond N go;
 * **the best N weights**: ``keep_best``, under ``best_checkpoints/`` (and MLflow's); the worst
