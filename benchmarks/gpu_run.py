@@ -1,6 +1,7 @@
 """The platform's training loop and the study of the papers on one GPU, in one prepared run
 (docs/performance.md, "Compiled training in the real loop"; docs/results.md, "On a GPU").
 
+    python -m benchmarks.gpu_run carry                      # here, first: what the GPU image lacks, as wheels
     python -m benchmarks.gpu_run all --out-dir OUT          # on the GPU machine: loop, then study, in --minutes
     python -m benchmarks.gpu_run loop --out-dir OUT         # paper-size MFU in the real loop: eager vs compiled
     python -m benchmarks.gpu_run study --out-dir OUT        # the study's rows x seeds, all at once on the GPU
@@ -41,6 +42,72 @@ PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/
 LOOP_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel"]
 BASELINE = LOOP_ROWS[0]
 GPU_BEGIN, GPU_END = "<!-- GPU_STUDY_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- GPU_STUDY_END -->"
+
+
+# What the run imports beyond the standard library: its first step (``preflight``) imports all of
+# it in seconds.  The GPU image lacks CARRIED; ``carry`` (here, before the GPU call) writes them as
+# wheels into --wheels, which travels with the checkout, and the run puts them on its path.
+# tests/bench/test_gpu_run.py dry-runs the run where only the image's packages import.
+NEEDS = ("torch", "numpy", "pyarrow", "sentencepiece", "sacrebleu", "yaml", "sacremoses", "models",
+         "platform.data.dataset", "platform.training.loop", "platform.inference", "benchmarks.study",
+         "benchmarks.speed.models")
+CARRIED = ("sacremoses",)  # pure Python; what it imports (click, joblib, regex, tqdm) is on the image
+WHEELS = ROOT / ".gpu" / "wheels"
+
+
+def carry(wheels: Path) -> list[Path]:
+    """Here: each of ``CARRIED`` from this environment as a wheel in ``wheels`` (its installed
+    files and metadata, zipped; pure Python imports straight from the zip)."""
+    import importlib.metadata
+    import zipfile
+
+    wheels.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    if commit.returncode == 0:  # the results file's commit, read there (no git in the GPU machine's copy)
+        (ROOT / ".gpu").mkdir(exist_ok=True)
+        (ROOT / ".gpu" / "commit").write_text(commit.stdout.strip() + "\n")
+    written = []
+    for name in CARRIED:
+        distribution = importlib.metadata.distribution(name)
+        path = wheels / f"{distribution.metadata['Name'].replace('-', '_')}-{distribution.version}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for file in distribution.files or []:
+                located = Path(file.locate())
+                if "__pycache__" not in file.parts and ".." not in file.parts and located.is_file():
+                    archive.write(located, str(file))
+        written.append(path)
+    return written
+
+
+def use_carried(wheels: Path) -> None:
+    """The carried wheels on the path of this process and of every one it starts."""
+    found = [str(path) for path in sorted(Path(wheels).glob("*.whl"))]
+    sys.path[:0] = found
+    os.environ["PYTHONPATH"] = os.pathsep.join(found + [p for p in [os.environ.get("PYTHONPATH")] if p])
+
+
+def preflight(args) -> None:
+    """The run's first step, in seconds: every module it needs, its data and its device; what is
+    missing stops it with one line, before any of the lent minutes go to training."""
+    import importlib
+
+    use_carried(args.wheels)
+    for module in NEEDS:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            carried = " (carried: run `python -m benchmarks.gpu_run carry` first)" if module in CARRIED else ""
+            raise SystemExit(f"gpu_run: cannot run here: {module} does not import: {error}{carried}") from None
+    if not (Path(args.data) / "meta.json").is_file():
+        raise SystemExit(f"gpu_run: cannot run here: no prepared dataset at {args.data} (no meta.json)")
+    test = Path(getattr(args, "test", ""))
+    if args.command in ("all", "study") and not list(test.parent.glob(test.name + ".*")):
+        raise SystemExit(f"gpu_run: cannot run here: no test files {test}.*")
+    import torch
+
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("gpu_run: cannot run here: torch sees no CUDA device (GPU_RUN_DEVICE=cpu dry-runs it)")
+    log(f"preflight: {len(NEEDS)} modules, the data and the {DEVICE} device are there")
 
 
 def log(message: str) -> None:
@@ -315,58 +382,85 @@ def study_run(args) -> dict:
 # ------------------------------------------------------------------------------ table: here, from the JSON
 
 
-def scored_runs(results: dict, shared: dict[str, str]) -> dict:
-    """``{row: {seed: study.Scored}}`` of a study run's JSON, as ``study.scored_rows`` reads
-    MLflow runs: each run's own row, and the ``shared`` rows from their source rows' runs."""
+def scored_runs(studies: list[dict], shared: dict[str, str]) -> dict:
+    """``{row: {run: study.Scored}}`` of the pooled GPU studies, as ``study.scored_rows`` reads
+    MLflow runs: each run's own row, and the ``shared`` rows from their source rows' runs.  A run
+    is ``I:SEED``, the I-th results file's seed, so the paired tests pair runs of one GPU run."""
     from benchmarks import study
 
     rows: dict[str, dict[str, study.Scored]] = {}
-    for run in results["runs"]:
-        if "failed" in run:
-            continue
-        metrics = {key: value for test in run["tests"].values() for key, value in test["metrics"].items()}
-        metrics.update(num_parameters=run["num_parameters"], tokens_per_s=run["history"][-1]["tokens_per_s"],
-                       study_wall_s=run["wall_s"])
-        kinds = {"test": run["row"], **{f"test_as_{study.slug(row)}": row for row, source in shared.items()
-                                        if source == run["row"]}}
-        for kind, row in kinds.items():
-            test = run["tests"][kind]
-            rows.setdefault(row, {})[str(run["seed"])] = study.Scored(
-                metrics, lambda test=test: {"hyp": test["hyp"], "ref": test["ref"]}, kind)
+    for index, result in enumerate(studies, 1):
+        for run in result["study"]["runs"]:
+            if "failed" in run:
+                continue
+            metrics = {key: value for test in run["tests"].values() for key, value in test["metrics"].items()}
+            metrics.update(num_parameters=run["num_parameters"], tokens_per_s=run["history"][-1]["tokens_per_s"],
+                           study_wall_s=run["wall_s"])
+            kinds = {"test": run["row"], **{f"test_as_{study.slug(row)}": row for row, source in shared.items()
+                                            if source == run["row"]}}
+            for kind, row in kinds.items():
+                test = run["tests"][kind]
+                rows.setdefault(row, {})[f"{index}:{run['seed']}"] = study.Scored(
+                    metrics, lambda test=test: {"hyp": test["hyp"], "ref": test["ref"]}, kind)
     return rows
 
 
 def table(args) -> int:
-    """The GPU study's tables (``study.paper_tables``) between the GPU markers of ``--out``."""
-    from benchmarks import study
+    """The docs from every results file (``gpu_results``): the pooled GPU studies' tables
+    (``study.paper_tables``) between the GPU markers of ``--out``, and every loop measurement
+    between the loop markers of ``--performance``."""
+    from benchmarks import gpu_results, study
     from platform.tracking.significance import signature_tokenizer
 
-    results = json.loads(Path(args.results).read_text())
-    meta_file = Path(args.results).parent / "meta.json"
-    meta = json.loads(meta_file.read_text()) if meta_file.exists() else {}
-    shared = study.decoded_as(study_args(SimpleNamespace(**{k: results[k] for k in ("max_updates", "epoch_updates")})))
-    scored = scored_runs(results, shared)
-    if not scored:
-        raise SystemExit(f"{args.results}: no finished run")
-    first = next(run for run in results["runs"] if "failed" not in run)
-    sections = study.paper_tables(scored, shared, signature_tokenizer(first["tests"]["test"]["signature"]), "####")
-    setting = (f"{meta.get('device', 'GPU')}, torch {meta.get('torch', '?')}; {len(results['runs'])} runs at once, "
-               f"{results['wall_s'] / 60:.1f} min in all, training and test decoding.\n\n")
-    study.write_section(Path(args.out), setting + "\n".join(sections), GPU_BEGIN, GPU_END)
+    results = gpu_results.read_all(args.results)
+    if not results:
+        raise SystemExit(f"no results file in {', '.join(map(str, args.results))}")
+    studies = gpu_results.pooled_studies(results)
+    scored = scored_runs(studies, shared := study.decoded_as(study_args(SimpleNamespace(
+        **{key: studies[-1]["study"][key] for key in ("max_updates", "epoch_updates")})))) if studies else {}
+    if scored:
+        first = next(run for result in studies for run in result["study"]["runs"] if "failed" not in run)
+        sections = study.paper_tables(scored, shared, signature_tokenizer(first["tests"]["test"]["signature"]), "####")
+        runs = "; ".join(gpu_results.setting(result, f"{len(result['study']['runs'])} runs at once, "
+                                                     f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
+        pooled = (f"{len(studies)} GPU run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
+                  f"paired test pairs runs of the same GPU run.\n\n")
+        study.write_section(Path(args.out), pooled + "\n".join(sections), GPU_BEGIN, GPU_END)
+    if any(result.get("loop") for result in results):
+        study.write_section(Path(args.performance), gpu_results.loop_table(results), gpu_results.LOOP_BEGIN,
+                            gpu_results.LOOP_END)
     return 0
+
+
+def results_file(args, loop_result: dict | None, study_result: dict | None) -> Path:
+    """This run's results file (``gpu_results``) in ``--out-dir``: what goes into the repository."""
+    from benchmarks import gpu_results
+
+    meta = {**machine(), "commit": args.commit, "command": " ".join(["python -m benchmarks.gpu_run", *sys.argv[1:]]),
+            "date": time.strftime("%Y%m%d-%H%M", time.gmtime())}
+    return gpu_results.write(args.out_dir, meta, loop_result, study_result)
 
 
 # ------------------------------------------------------------------------------ the command line
 
 
+def checkout_commit() -> str:
+    """The commit ``carry`` read here (the GPU machine's copy of the checkout has no git)."""
+    path = ROOT / ".gpu" / "commit"
+    return path.read_text().strip() if path.exists() else "unknown"
+
+
 def main() -> int:
-    from benchmarks import study
+    from benchmarks import gpu_results, study
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data", default=str(ROOT / "data" / "tanaka-ja-en"), help="the prepared Tanaka dataset")
     common.add_argument("--out-dir", type=Path, default=Path(os.environ.get("OUT", "gpu-run")))
+    common.add_argument("--wheels", type=Path, default=WHEELS, help="the carried wheels (written by `carry`)")
+    common.add_argument("--commit", default=checkout_commit(),
+                        help="the checkout's commit, for the results file (default: what `carry` read)")
     loop_options = argparse.ArgumentParser(add_help=False)
     loop_options.add_argument("--warmup", type=int, default=45,
                               help="updates before the timed ones (past the first epoch's end: its last batch "
@@ -401,29 +495,47 @@ def main() -> int:
     so = sub.add_parser("study-one", parents=[common, study_options])
     so.add_argument("--row", required=True)
     so.add_argument("--seed", type=int, required=True)
-    tp = sub.add_parser("table")
-    tp.add_argument("--results", required=True, help="study.json of a study run")
+    cp = sub.add_parser("carry", help="here, before the GPU call: the packages the GPU image lacks, as wheels")
+    cp.add_argument("--wheels", type=Path, default=WHEELS)
+    rp = sub.add_parser("record", help="an earlier run's outputs (meta.json, loop.json, study.json) as a results file")
+    rp.add_argument("--from", dest="source", type=Path, required=True)
+    rp.add_argument("--commit", required=True)
+    rp.add_argument("--command", dest="ran", required=True, help="the command that ran")
+    rp.add_argument("--date", required=True, help="YYYYMMDD-HHMM, UTC")
+    rp.add_argument("--to", type=Path, default=gpu_results.RESULTS)
+    tp = sub.add_parser("table", help="docs/results.md and docs/performance.md from every results file")
+    tp.add_argument("--results", type=Path, nargs="+", default=[gpu_results.RESULTS],
+                    help="results files, or folders of them (default: benchmarks/gpu_results)")
     tp.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
+    tp.add_argument("--performance", default=str(ROOT / "docs" / "performance.md"))
     args = parser.parse_args()
     if getattr(args, "warmup", 1) < 1:
         parser.error("--warmup must be at least 1 (the timed updates start after a measured one)")
     if args.command == "table":
         return table(args)
+    if args.command == "carry":
+        print("\n".join(str(path) for path in carry(args.wheels)))
+        return 0
+    if args.command == "record":
+        print(gpu_results.record(args.source, args.commit, args.ran, args.date, args.to))
+        return 0
     if args.command in ("loop-one", "study-one"):
         print(json.dumps((loop_one if args.command == "loop-one" else study_one)(args)))
         return 0
+    preflight(args)
     started = time.time()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     Path(args.work if hasattr(args, "work") else args.out_dir).mkdir(parents=True, exist_ok=True)
     write_json(args.out_dir / "meta.json", machine())
     end = started + args.minutes * 60
+    loop_result = study_result = None
     if args.command in ("all", "loop"):
         args.deadline = min(end, started + (args.loop_minutes if args.command == "all" else args.minutes) * 60)
-        loop(args)
+        loop_result = loop(args)
     if args.command in ("all", "study"):
         args.deadline = end
-        study_run(args)
-    log(f"done in {time.time() - started:.0f} s")
+        study_result = study_run(args)
+    log(f"done in {time.time() - started:.0f} s; the results file: {results_file(args, loop_result, study_result)}")
     return 0
 
 

@@ -277,6 +277,11 @@ def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str], outpu
     return {row: seeds for row, seeds in rows.items() if seeds}
 
 
+def seed_order(seed: str) -> list[int]:
+    """A run's key in a table: ``SEED`` (the CPU study's), or ``I:SEED`` (the I-th GPU run's)."""
+    return [int(part) for part in seed.split(":")]
+
+
 def paper_tables(scored: dict[str, dict[str, Scored]], shared: dict[str, str], tokenizer: str,
                  heading: str = "###") -> list[str]:
     """A section per paper table with runs (``paper_table``), titled at ``heading``'s level."""
@@ -299,7 +304,7 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
     ran.insert(0, baseline)
     cells, hypotheses, references, bleu = [], [], [], []
     for row in ran:
-        seeds = sorted(set(by_row[row]) & set(by_row[baseline]), key=int)
+        seeds = sorted(set(by_row[row]) & set(by_row[baseline]), key=seed_order)
         entries = [by_row[row][seed] for seed in seeds]
         outputs = [entry.outputs() for entry in entries]
         hypotheses.append([line for out in outputs for line in out["hyp"]])

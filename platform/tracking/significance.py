@@ -69,9 +69,9 @@ def _seeded(seed: int) -> Iterator[None]:
 
 def methods(tokenizer: str) -> str:
     """How ``paired_tests`` tested, for a table's caption."""
-    return (f"sacrebleu: BLEU with `tokenize={tokenizer}`, chrF; paired bootstrap, {BOOTSTRAP_SAMPLES} resamples, "
-            f"mean ± 95% CI; approximate randomisation, {RANDOMISATION_TRIALS} trials; seed {SEED}; "
-            "p against the baseline")
+    return (f"sacrebleu: BLEU with `tokenize={tokenizer}`, chrF; paired bootstrap, {BOOTSTRAP_SAMPLES} resamples "
+            f"(the `bootstrap` columns, where shown: its mean ± 95% CI); approximate randomisation, "
+            f"{RANDOMISATION_TRIALS} trials; seed {SEED}; p against the baseline")
 
 
 def significance_table(rows: list[dict[str, Any]], hypotheses: list[list[str]], references: list[str],

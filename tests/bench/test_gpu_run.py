@@ -1,14 +1,15 @@
 """benchmarks/gpu_run.py runs where a GPU is lent only now and then, with minutes to spare: its
 dry run on the CPU (``GPU_RUN_DEVICE=cpu``, tiny budgets) goes through every stage a GPU run
-does, on the real Tanaka data, and its table lands in a results file."""
+does, on the real Tanaka data, where only the GPU image's packages import (``gpu_image``) and
+what it lacks is carried as wheels; its table lands in a results file."""
 
 import gzip
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from gpu_image import blocked_env, probe
 from helpers import ROOT
 
 pytestmark = pytest.mark.slow  # it trains: the benchmark's loop, study and confirmation runs
@@ -27,13 +28,28 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     for lang in ("ja", "en"):
         first_sentences(tanaka / f"test.{lang}.conllu.gz", tmp_path / f"test.{lang}.conllu.gz", 12)
     out = tmp_path / "out"
-    env = {**os.environ, "GPU_RUN_DEVICE": "cpu"}
+    env = {**blocked_env(tmp_path / "site"), "GPU_RUN_DEVICE": "cpu"}  # the GPU image's packages, no others
+    assert probe(env, "torch") and probe(env, "sacrebleu") and not probe(env, "mlflow") and not probe(env, "ray")
+    wheels = tmp_path / "wheels"
+    first = [sys.executable, "-m", "benchmarks.gpu_run", "all", "--data", str(tanaka_dataset), "--out-dir",
+             str(out), "--test", str(test), "--wheels", str(wheels)]
+    # without the carried wheels: one line, in seconds, before any training
+    bare = subprocess.run(first, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert bare.returncode != 0 and not (out / "loop.json").exists()
+    assert bare.stderr.strip().splitlines()[-1].startswith("gpu_run: cannot run here: sacremoses does not import")
+    carried = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "carry", "--wheels", str(wheels)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert carried.returncode == 0 and [p.name.split("-")[0] for p in wheels.glob("*.whl")] == ["sacremoses"]
+    missing = subprocess.run([*first[:5], str(tmp_path / "nowhere"), *first[6:]], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert missing.stderr.strip().splitlines()[-1] == (f"gpu_run: cannot run here: no prepared dataset at "
+                                                       f"{tmp_path / 'nowhere'} (no meta.json)")
     run = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "all", "--data", str(tanaka_dataset),
                           "--out-dir", str(out), "--work", str(tmp_path / "work"), "--test", str(test),
                           "--warmup", "1", "--updates", "1", "--profile", "1", "--max-tokens", "256",
                           "--plan", "deguchi2019/baseline:off", "--rows", "deguchi2019/baseline", "omote2019/dep+rel",
                           "--seeds", "1", "--max-updates", "4", "--epoch-updates", "2", "--minutes", "8",
-                          "--loop-minutes", "3", "--min-run-s", "5"],
+                          "--loop-minutes", "3", "--min-run-s", "5", "--wheels", str(wheels), "--commit", "abc1234"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
     loop = json.loads((out / "loop.json").read_text())
@@ -44,12 +60,34 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     kinds = {r["row"]: set(r["tests"]) for r in study["runs"]}
     assert kinds == {"deguchi2019/baseline": {"test", "test_avg2", "test_as_omote2019-baseline"},
                      "omote2019/dep+rel": {"test", "test_avg2"}}
-    results = tmp_path / "results.md"
+    # the run's results file, what goes into benchmarks/gpu_results/: the machine, the commit, the command, all
+    (written,) = out.glob("*.json.gz")
+    record = json.loads(gzip.decompress(written.read_bytes()))
+    assert record["loop"] == loop and record["study"] == study and record["meta"]["device"] == "cpu"
+    assert record["meta"]["commit"] == "abc1234"
+    assert record["meta"]["command"].startswith("python -m benchmarks.gpu_run all")
+    assert written.name == f"{record['meta']['date']}-cpu-abc1234.json.gz"
+    # results accumulate: an earlier run's outputs recorded as a second file, and the docs built from both
+    kept = tmp_path / "gpu_results"
+    kept.mkdir()
+    (kept / written.name).write_bytes(written.read_bytes())
+    earlier = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "record", "--from", str(out), "--commit",
+                              "0000000", "--command", "python -m benchmarks.gpu_run all", "--date", "20260101-0000",
+                              "--to", str(kept)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert earlier.returncode == 0, earlier.stderr[-3000:]
+    results, performance = tmp_path / "results.md", tmp_path / "performance.md"
     results.write_text("# Results\n\nwritten by hand, kept\n")
-    table = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "table", "--results", str(out / "study.json"),
-                            "--out", str(results)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    performance.write_text("# Performance\n")
+    table = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "table", "--results", str(kept),
+                            "--out", str(results), "--performance", str(performance)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr[-3000:]
+    measured = performance.read_text()
+    loop_rows = [line for line in measured.splitlines() if line.startswith("| cpu, ")]
+    assert [line.split(" | ")[:3] for line in loop_rows] == [["| cpu, 0000000", "`deguchi2019/baseline`", "`off`"],
+                                                             ["| cpu, abc1234", "`deguchi2019/baseline`", "`off`"]]
     text = results.read_text()
+    assert "2 GPU run(s) pooled" in text
     assert text.startswith("# Results\n\nwritten by hand, kept\n")
     section = text[text.index("<!-- GPU_STUDY_BEGIN"):text.index("<!-- GPU_STUDY_END -->")]
     rows = [line for line in section.splitlines() if line.startswith("| omote2019/")]
@@ -57,6 +95,9 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
                                                      "| omote2019/dep+rel"]
     header = next(line for line in section.splitlines() if line.startswith("| row"))
     column = [cell.strip("| ") for cell in header.split(" | ")].index("BLEU p (bs)")
-    assert rows[1].split(" | ")[column] != "–"  # dep+rel against the baseline decoded greedily (one seed: no seed p)
+    assert rows[1].split(" | ")[column] != "–"  # dep+rel against the baseline decoded greedily
+    cells = [cell.strip("| ") for cell in header.split(" | ")]
+    assert rows[1].split(" | ")[cells.index("seeds")] == "2"  # one seed from each GPU run
+    assert rows[1].split(" | ")[cells.index("p (seeds)")] != "–"  # two a side: the seed-level test is there
     assert [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| deguchi2019/")] == [
         "| deguchi2019/baseline"]  # Deguchi's table: the baseline alone, as the CPU study shows a row that ran

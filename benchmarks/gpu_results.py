@@ -1,0 +1,104 @@
+"""Every GPU run's results, one file each in ``benchmarks/gpu_results/`` (committed), and the docs
+built from all of them: each lent GPU minute, whoever spends it, adds to the record instead of
+replacing it.
+
+A results file, ``DATE-DEVICE-COMMIT.json.gz``, holds ``meta`` (the device, torch, CUDA, Python,
+the checkout's commit, the command, the date), ``loop`` (what ``gpu_run loop`` measured, or
+null) and ``study`` (what ``gpu_run study`` trained and decoded, every run's test hypotheses
+included, or null).  ``gpu_run all`` writes one into its ``--out-dir``; it goes into
+``benchmarks/gpu_results/`` with the commit that brings it.
+
+    python -m benchmarks.gpu_run record --from OUT --commit C --command "..."   # an older run's outputs
+    python -m benchmarks.gpu_run table       # docs/results.md and docs/performance.md from every file
+
+Only the standard library here: the GPU machine writes these files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "gpu_results"
+LOOP_BEGIN, LOOP_END = "<!-- GPU_LOOP_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- GPU_LOOP_END -->"
+
+
+def file_name(meta: dict[str, Any]) -> str:
+    device = re.sub(r"[^a-z0-9]+", "-", str(meta.get("device", "gpu")).lower()).strip("-")
+    return f"{meta['date']}-{device}-{str(meta.get('commit') or 'unknown')[:7]}.json.gz"
+
+
+def write(directory: Path, meta: dict[str, Any], loop: dict | None, study: dict | None) -> Path:
+    """One run's results file in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / file_name(meta)
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        json.dump({"meta": meta, "loop": loop, "study": study}, handle)
+    return path
+
+
+def record(source: Path, commit: str, command: str, date: str, directory: Path = RESULTS) -> Path:
+    """The results file of an earlier run's outputs in ``source`` (``meta.json``, ``loop.json``,
+    ``study.json``, as ``gpu_run`` wrote them before it wrote results files)."""
+
+    def read(name: str) -> dict | None:
+        path = source / name
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+    meta = {**(read("meta.json") or {}), "commit": commit, "command": command, "date": date}
+    return write(directory, meta, read("loop.json"), read("study.json"))
+
+
+def read_all(paths: list[Path]) -> list[dict[str, Any]]:
+    """Every results file under ``paths`` (files, or folders of them), oldest first by name;
+    each with its ``name``."""
+    files = sorted({file for path in paths for file in ([path] if path.is_file() else path.glob("*.json.gz"))},
+                   key=lambda file: file.name)
+    results = []
+    for file in files:
+        with gzip.open(file, "rt", encoding="utf-8") as handle:
+            results.append({**json.load(handle), "name": file.name})
+    return results
+
+
+def setting(result: dict[str, Any], what: str) -> str:
+    meta = result["meta"]
+    return (f"{meta.get('device', 'GPU')}, torch {meta.get('torch', '?')}, commit {meta.get('commit', '?')[:7]} "
+            f"({meta.get('date', '?')}): {what}")
+
+
+def pooled_studies(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The results with a study at the newest one's budget (runs of another budget train
+    another function: they are not pooled)."""
+    studies = [result for result in results if result.get("study")]
+    if not studies:
+        return []
+    budget = {key: studies[-1]["study"][key] for key in ("max_updates", "epoch_updates")}
+    return [result for result in studies if all(result["study"][key] == value for key, value in budget.items())]
+
+
+def loop_table(results: list[dict[str, Any]]) -> str:
+    """Every GPU run's loop measurements, one row per (run, row, compile mode)."""
+    lines = ["| GPU run | row | `compile` | ms / update | target tokens/s | MFU | kernels / update | GPU busy |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for result in results:
+        loop = result.get("loop") or {}
+        meta = result["meta"]
+        run = f"{meta.get('device', 'GPU')}, {meta.get('commit', '?')[:7]}"
+        for entry in loop.get("runs", []):
+            if "failed" in entry:
+                lines.append(f"| {run} | `{entry.get('row', '?')}` | `{entry.get('compile', '?')}` | failed: "
+                             f"{entry['failed']} | | | | |")
+                continue
+            profile = entry.get("profile") or {}
+            kernels = f"{profile['kernels_per_update']:,.0f}" if "kernels_per_update" in profile else "–"
+            busy = f"{profile['gpu_busy']:.0%}" if "gpu_busy" in profile else "–"
+            lines.append(f"| {run} | `{entry['row']}` | `{entry['compile']}` | {entry['ms_per_update']:.1f} | "
+                         f"{entry['tokens_per_s']:,.0f} | {entry['mfu']:.1%} | {kernels} | {busy} |")
+    commands = "\n".join(f"- {setting(result, '`' + result['meta'].get('command', '?') + '`')}"
+                         for result in results if result.get("loop"))
+    return "\n".join(lines) + f"\n\nThe GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n{commands}\n"
