@@ -420,7 +420,8 @@ def table(args) -> int:
         **{key: studies[-1]["study"][key] for key in ("max_updates", "epoch_updates")})))) if studies else {}
     if scored:
         first = next(run for result in studies for run in result["study"]["runs"] if "failed" not in run)
-        sections = study.paper_tables(scored, shared, signature_tokenizer(first["tests"]["test"]["signature"]), "####")
+        sections = study.paper_tables(scored, shared, signature_tokenizer(first["tests"]["test"]["signature"]), "####",
+                                      study.training_targets(args.tanaka))
         runs = "; ".join(gpu_results.setting(result, f"{len(result['study']['runs'])} runs at once, "
                                                      f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
         pooled = (f"{len(studies)} GPU run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
@@ -508,6 +509,8 @@ def main() -> int:
                     help="results files, or folders of them (default: benchmarks/gpu_results)")
     tp.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
     tp.add_argument("--performance", default=str(ROOT / "docs" / "performance.md"))
+    tp.add_argument("--tanaka", type=Path, default=study.TANAKA,
+                    help="the tanaka-enja directory: its training targets mark the test pairs seen in training")
     args = parser.parse_args()
     if getattr(args, "warmup", 1) < 1:
         parser.error("--warmup must be at least 1 (the timed updates start after a measured one)")

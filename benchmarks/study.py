@@ -72,10 +72,44 @@ BUDGET = {"patience": None, "eval.max_sentences": None, "average_last": AVERAGE_
 BEGIN, END = "<!-- STUDY_BEGIN: written by benchmarks/study.py -->", "<!-- STUDY_END -->"
 
 
+TANAKA = Path(os.environ.get("NMT_TEST_DATA") or ROOT.parent / "shared" / "data") / "tanaka-enja"
+
+
+UNSEEN = "test BLEU, unseen"  # the column: without the test pairs whose reference is a training target
+TOKENIZED = "test BLEU, tokenized"  # BLEU of the tokenized text, as the papers report theirs (multi-bleu)
+
+
+def training_targets(tanaka: Path, lang: str = "en") -> frozenset[str]:
+    """The training split's ``lang`` sentences, detokenized as the runs' test references are
+    (``platform.training.metrics.detokenizer``): 60 of Tanaka's 500 English test references are
+    among them, verbatim.  A model may have memorised those, so the tables also score the test
+    set without them; empty where ``tanaka`` has no training split."""
+    import gzip
+
+    from platform.training.metrics import detokenizer
+
+    path = tanaka / f"train.{lang}.conllu.gz"
+    if not path.exists():
+        return frozenset()
+    detokenize = detokenizer(lang)
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return frozenset(detokenize(line[len("# text = "):].rstrip("\n")) for line in handle
+                         if line.startswith("# text = "))
+
+
+def unseen_bleu(outputs: dict[str, list[str]], seen: frozenset[str], tokenizer: str) -> float:
+    """Test BLEU (sacrebleu, ``tokenizer``, detokenized) of one run without the pairs whose
+    reference is in ``seen``."""
+    import sacrebleu
+
+    kept = [i for i, reference in enumerate(outputs["ref"]) if reference not in seen]
+    return sacrebleu.corpus_bleu([outputs["hyp"][i] for i in kept], [[outputs["ref"][i] for i in kept]],
+                                 tokenize=tokenizer).score
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tanaka", default=str(Path(os.environ.get("NMT_TEST_DATA") or ROOT.parent / "shared" / "data")
-                                                  / "tanaka-enja"),
+    parser.add_argument("--tanaka", default=str(TANAKA),
                         help="the tanaka-enja directory (CoNLL-U pairs)")
     parser.add_argument("--dataset", default=str(ROOT / "data" / "tanaka-ja-en"),
                         help="prepared dataset (made if missing)")
@@ -283,14 +317,14 @@ def seed_order(seed: str) -> list[int]:
 
 
 def paper_tables(scored: dict[str, dict[str, Scored]], shared: dict[str, str], tokenizer: str,
-                 heading: str = "###") -> list[str]:
+                 heading: str = "###", seen: frozenset[str] = frozenset()) -> list[str]:
     """A section per paper table with runs (``paper_table``), titled at ``heading``'s level."""
-    return [f"{heading} {title}\n\n{paper_table(baseline, rows, scored, shared, tokenizer)}"
+    return [f"{heading} {title}\n\n{paper_table(baseline, rows, scored, shared, tokenizer, seen)}"
             for baseline, (title, rows) in TABLES.items() if any(scored.get(row) for row in rows)]
 
 
 def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], shared: dict[str, str],
-                tokenizer: str) -> str:
+                tokenizer: str, seen: frozenset[str] = frozenset()) -> str:
     """One paper's rows that ran: scores over seeds and the paired tests against ``baseline`` on
     the seeds both ran, their outputs concatenated in seed order (BLEU with ``tokenizer``: the
     one the runs' own BLEU used)."""
@@ -318,8 +352,11 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
                          if key.startswith("test_avg") and key.endswith("_bleu")), None)
         uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k))
         source = f" (the {shared[row]} runs)" if row in shared else ""
+        unseen = mean_std([unseen_bleu(out, seen, tokenizer) for out in outputs]) if seen else "–"
         cells.append({"row": row + source, "seeds": len(entries), "decoding": decoding(row),
-                      "test BLEU": mean_std(metric("test_bleu")), "test chrF": mean_std(metric("test_chrf")),
+                      "test BLEU": mean_std(metric("test_bleu")), UNSEEN: unseen,
+                      TOKENIZED: mean_std(metric("test_bleu_tok")) if metric("test_bleu_tok") else "–",
+                      "test chrF": mean_std(metric("test_chrf")),
                       "BLEU, last validations averaged": (f"{mean_std(metric(averaged))} (last "
                                                           f"{averaged.split('_')[1][3:]})" if averaged else "–"),
                       "UAS enc / dec": uas or "–", "params": f"{int(metric('num_parameters')[0]):,}",
@@ -331,11 +368,17 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
     table = significance_table(cells, hypotheses, references[0], tokenizer)
     for row, seed_cells in zip(table, seed_columns(bleu)):  # the primary test: training's variance, over seeds
         row.update({key: value for key, value in seed_cells.items() if key != "BLEU"})
-    keep = ("row", "seeds", "decoding", "test BLEU", "Δ BLEU (95% CI)", "p (seeds)", "p (Holm)", "test chrF",
+    keep = ("row", "seeds", "decoding", "test BLEU", "Δ BLEU (95% CI)", "p (seeds)", "p (Holm)",
+            *((UNSEEN,) if seen else ()), TOKENIZED, "test chrF",
             "BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)", "BLEU, last validations averaged",
             "UAS enc / dec", "params", "train tok/s", "min per run")
     shown = [{key: row[key] for key in keep} for row in table]
-    return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over the seeds (sacrebleu, detokenized). "
+    overlap = sum(reference in seen for reference in references[0]) // max(1, len(by_row[baseline]))
+    unseen = (f" {UNSEEN}: the same, without the {overlap} test pairs whose reference is also a training "
+              f"target." if seen else "")
+    return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over the seeds (sacrebleu, detokenized; "
+            f"the primary metric).{unseen} {TOKENIZED}: sacrebleu on the tokenized hypotheses and references, the "
+            f"kind of BLEU the papers report (not comparable across tokenizations). "
             f"Primary, each row against {baseline} {seed_methods()}. Secondary, the test set's variance only: "
             f"p (bs), p (ar) on the seeds' outputs concatenated ({methods(tokenizer)}).\n")
 
@@ -404,7 +447,8 @@ def tables(args) -> str:
         if not scored:
             return "No study run is in the MLflow store yet.\n"
         first = next(seeds[min(seeds, key=int)] for seeds in by_row.values())
-        sections = paper_tables(scored, shared, logged_tokenizer(client, first.info.run_id))
+        sections = paper_tables(scored, shared, logged_tokenizer(client, first.info.run_id),
+                                seen=training_targets(Path(args.tanaka)))
     trained = [row for row in trained_rows(args) if by_row.get(row)]
     curves = dev_curves(client, by_row, trained)
     plot_curves(curves, Path(args.figure))

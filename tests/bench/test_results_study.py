@@ -125,7 +125,8 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     worse = [f"a dog {i} sat" for i in range(40)]  # far from the reference
     better = [line if i % 4 else f"the cat {i} sat" for i, line in enumerate(ref)]
     args = study.build_parser().parse_args(["--tracking-uri", uri, "--out", str(tmp_path / "results.md"),
-                                            "--figure", str(tmp_path / "img" / "curves.png"), "--max-updates", "500"])
+                                            "--figure", str(tmp_path / "img" / "curves.png"), "--max-updates", "500",
+                                            "--tanaka", str(tmp_path / "no-corpus")])  # no seen pairs: no column
     for seed in (1, 2):
         # the baseline decoded as Deguchi (its own recipe) does badly, decoded as Omote (greedy) well
         log_study_run(client, experiment, "deguchi2019/baseline", seed,
@@ -135,30 +136,34 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     other = study.build_parser().parse_args(["--max-updates", "800"])  # another budget: neither reused nor shown
     log_study_run(client, experiment, "omote2019/dep+rel", 1, {"test": ref}, ref, tmp_path, study, other)
 
-    def rows(text: str, title: str) -> dict[str, list[str]]:
-        table = text.split(f"### {title}")[1].split("###")[0]
-        return {line.split(" | ")[0].strip("| "): line.split(" | ") for line in table.splitlines()
-                if line.startswith("| ") and not line.startswith("| row")}
+    def rows(text: str, title: str) -> dict[str, dict[str, str]]:
+        table = [line for line in text.split(f"### {title}")[1].split("###")[0].splitlines() if line.startswith("| ")]
+        header = [cell.strip() for cell in table[0].strip("|").split(" | ")]
+        return {line.split(" | ")[0].strip("| "): dict(zip(header, (c.strip() for c in line.strip("|").split(" | "))))
+                for line in table[1:]}
 
     text = study.tables(args)
     deguchi, omote = rows(text, "Deguchi"), rows(text, "Omote")
     baseline, dbsa = deguchi["deguchi2019/baseline"], deguchi["deguchi2019/enc+dec"]
-    assert baseline[1] == dbsa[1] == "2" and baseline[2] == "beam 4, α 0.6"  # seeds, decoding
-    assert baseline[8] == "–" and float(dbsa[8]) < 0.01 and float(dbsa[9]) < 0.01  # BLEU p (bs), p (ar): better
+    assert baseline["seeds"] == dbsa["seeds"] == "2" and baseline["decoding"] == "beam 4, α 0.6"
+    assert baseline["BLEU p (bs)"] == "–" and float(dbsa["BLEU p (bs)"]) < 0.01 and float(dbsa["BLEU p (ar)"]) < 0.01
     # over seeds (the primary test): the same outputs each seed, so the gain has no spread: p 0
-    assert baseline[4:7] == ["–", "–", "–"] and dbsa[4].startswith("+") and dbsa[5] == dbsa[6] == "0.0000"
+    assert [baseline[key] for key in ("Δ BLEU (95% CI)", "p (seeds)", "p (Holm)")] == ["–", "–", "–"]
+    assert dbsa["Δ BLEU (95% CI)"].startswith("+") and dbsa["p (seeds)"] == dbsa["p (Holm)"] == "0.0000"
+    assert "test BLEU, unseen" not in dbsa  # no corpus to tell the seen pairs: no such column
     greedy, deprel = omote["omote2019/baseline (the deguchi2019/baseline runs)"], omote["omote2019/dep+rel"]
-    assert greedy[2] == deprel[2] == "greedy" and greedy[3].startswith("100.00")
-    assert float(deprel[8]) < 0.01 and float(deprel[3].split(" ")[0]) < float(greedy[3].split(" ")[0])  # worse
-    assert deprel[4].startswith("-")
-    assert deprel[3].endswith("± 0.00")  # its two seeds, not the perfect run of another budget
+    assert greedy["decoding"] == deprel["decoding"] == "greedy" and greedy["test BLEU"].startswith("100.00")
+    assert float(deprel["BLEU p (bs)"]) < 0.01
+    assert float(deprel["test BLEU"].split(" ")[0]) < float(greedy["test BLEU"].split(" ")[0])  # worse
+    assert deprel["Δ BLEU (95% CI)"].startswith("-")
+    assert deprel["test BLEU"].endswith("± 0.00")  # its two seeds, not the perfect run of another budget
     assert "| 2.50 | 3.50 |" in text  # dev BLEU at updates 250 and 500, mean over seeds 1 and 2
     assert (tmp_path / "img" / "curves.png").stat().st_size > 1000
     assert "6 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
 
     log_study_run(client, experiment, "deguchi2019/enc+dec", 3, {"test": better}, ref, tmp_path, study,
                   args)  # no baseline seed 3
-    assert rows(study.tables(args), "Deguchi")["deguchi2019/enc+dec"][1] == "2"  # tested on the seeds both ran
+    assert rows(study.tables(args), "Deguchi")["deguchi2019/enc+dec"]["seeds"] == "2"  # the seeds both ran
 
 
 def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs_where_both_train_alike(study):
@@ -171,3 +176,23 @@ def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs_where_both
     assert study.decoding("omote2019/baseline") == "greedy" and study.decoding("deguchi2019/baseline") != "greedy"
     with pytest.raises(SystemExit, match="scored from its source"):
         study.main(["--rows", "omote2019/baseline"])
+
+
+def test_the_test_pairs_whose_reference_is_a_training_target_are_scored_apart(study, tanaka):
+    """60 of Tanaka's 500 English test references are training targets, verbatim: the tables
+    score the test set without them too."""
+    import sacrebleu
+
+    from platform.training.metrics import detokenizer
+
+    seen = study.training_targets(tanaka)
+    detokenize = detokenizer("en")
+    references = [detokenize(line.rstrip("\n")) for line in open(tanaka / "test.en", encoding="utf-8")]
+    assert len(references) == 500 and sum(reference in seen for reference in references) == 60
+    # a run that gets exactly the seen pairs right: its unseen BLEU is that of the others alone
+    hypotheses = [reference if reference in seen else "a dog" for reference in references]
+    kept = [i for i, reference in enumerate(references) if reference not in seen]
+    expected = sacrebleu.corpus_bleu([hypotheses[i] for i in kept], [[references[i] for i in kept]]).score
+    unseen = study.unseen_bleu({"hyp": hypotheses, "ref": references}, seen, "13a")
+    assert unseen == expected < sacrebleu.corpus_bleu(hypotheses, [references]).score
+    assert study.training_targets(tanaka.parent / "no-corpus") == frozenset()
