@@ -24,6 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "gpu_results"
+REFERENCE = "reference"  # gpu_run's row of torch.nn.Transformer
 LOOP_BEGIN, LOOP_END = "<!-- GPU_LOOP_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- GPU_LOOP_END -->"
 
 
@@ -83,22 +84,29 @@ def pooled_studies(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def loop_table(results: list[dict[str, Any]]) -> str:
     """Every GPU run's loop measurements, one row per (run, row, compile mode)."""
-    lines = ["| GPU run | row | `compile` | ms / update | target tokens/s | MFU | kernels / update | GPU busy |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| GPU run | row | `compile` | ms / update | target tokens/s | MFU | × reference | kernels / update "
+             "| GPU busy |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for result in results:
         loop = result.get("loop") or {}
         meta = result["meta"]
         run = f"{meta.get('device', 'GPU')}, {meta.get('commit', '?')[:7]}"
+        # the same call's torch.nn.Transformer at the baseline's size, at its fastest (gpu_run.reference_one)
+        reference = max((entry["tokens_per_s"] for entry in loop.get("runs", [])
+                         if entry.get("row") == REFERENCE and "tokens_per_s" in entry), default=None)
         for entry in loop.get("runs", []):
             if "failed" in entry:
                 lines.append(f"| {run} | `{entry.get('row', '?')}` | `{entry.get('compile', '?')}` | failed: "
-                             f"{entry['failed']} | | | | |")
+                             f"{entry['failed']} | | | | | |")
                 continue
             profile = entry.get("profile") or {}
             kernels = f"{profile['kernels_per_update']:,.0f}" if "kernels_per_update" in profile else "–"
             busy = f"{profile['gpu_busy']:.0%}" if "gpu_busy" in profile else "–"
+            ratio = f"{entry['tokens_per_s'] / reference:.2f}×" if reference else "–"
             lines.append(f"| {run} | `{entry['row']}` | `{entry['compile']}` | {entry['ms_per_update']:.1f} | "
-                         f"{entry['tokens_per_s']:,.0f} | {entry['mfu']:.1%} | {kernels} | {busy} |")
+                         f"{entry['tokens_per_s']:,.0f} | {entry['mfu']:.1%} | {ratio} | {kernels} | {busy} |")
+    notes = ("`× reference`: target tokens/s against the same GPU run's `torch.nn.Transformer` at the baseline's "
+             "size, compiled, fused AdamW (`reference`; \"–\" for a run without it).\n\n")
     commands = "\n".join(f"- {setting(result, '`' + result['meta'].get('command', '?') + '`')}"
                          for result in results if result.get("loop"))
-    return "\n".join(lines) + f"\n\nThe GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n{commands}\n"
+    return ("\n".join(lines) + f"\n\n{notes}The GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n"
+            f"{commands}\n")

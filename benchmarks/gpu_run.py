@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from benchmarks import gpu_results
+
 ROOT = Path(__file__).resolve().parents[1]
 THIS = [sys.executable, "-m", "benchmarks.gpu_run"]  # this benchmark again, in a process of its own
 
@@ -41,6 +43,7 @@ DEVICE = os.environ.get("GPU_RUN_DEVICE", "cuda")
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by the datasheets
 LOOP_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel"]
 BASELINE = LOOP_ROWS[0]
+REFERENCE = gpu_results.REFERENCE  # torch.nn.Transformer at the baseline's size, compiled, in the same call
 GPU_BEGIN, GPU_END = "<!-- GPU_STUDY_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- GPU_STUDY_END -->"
 
 
@@ -160,7 +163,9 @@ def peak_flops() -> float:
 def loop_one(args) -> dict:
     """One (row, mode) through ``fit``: the updates after ``--warmup`` timed from the loop's own
     per-update progress calls (each after its update's one wait for the device), then
-    ``--profile`` updates under torch.profiler."""
+    ``--profile`` updates under torch.profiler; the row ``reference`` is ``reference_one``."""
+    if args.row == REFERENCE:
+        return reference_one(args)
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -207,6 +212,62 @@ def loop_one(args) -> dict:
     return result
 
 
+def reference_one(args) -> dict:
+    """The same call's reference: ``torch.nn.Transformer`` (``benchmarks.speed.models``'s
+    ``ReferenceTransformer``: the baseline's dimensions, embeddings, tied output and dropout) at the
+    baseline's paper size, on a batch of the loop's size (``--max-tokens`` positions in rows of
+    ``--pack-width``, no padding), label-smoothed cross-entropy in bf16 autocast on CUDA, AdamW
+    (fused on CUDA), compiled as ``--mode``; timed as the loop is, so a ratio to it holds whatever
+    the GPU's day."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchmarks.speed.models import ReferenceTransformer, random_batch
+    from platform.data.dataset import PreparedDataset
+    from platform.training.loss import forward, teacher_forcing
+    from platform.training.step import compile_count
+
+    config = loop_config(BASELINE, args.mode, args)
+    vocab = PreparedDataset.open(args.data).meta["vocab_size"]
+    vocab = min(vocab.values()) if isinstance(vocab, dict) else int(vocab)
+    batch = random_batch(args.max_tokens // args.pack_width, args.pack_width, vocab, DEVICE)
+    model = ReferenceTransformer(config.model, vocab, vocab).to(DEVICE).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=DEVICE == "cuda")
+    trained = model if args.mode == "off" else torch.compile(model, mode=None if args.mode == "default" else args.mode)
+    tgt_in, tgt_out = teacher_forcing(batch)
+    smoothing = config.optim.label_smoothing
+
+    def update() -> None:
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=DEVICE == "cuda"):
+            logits = forward(trained, batch, tgt_in).logits
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=0,
+                               label_smoothing=smoothing)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def synchronize() -> None:
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+
+    began = time.perf_counter()
+    for _ in range(args.warmup):
+        update()
+    synchronize()
+    compiles, warmed = compile_count(), time.perf_counter()
+    for _ in range(args.updates):
+        update()
+    synchronize()
+    seconds = time.perf_counter() - warmed
+    tokens = int((tgt_out != 0).sum())
+    return {"row": REFERENCE, "model": "torch.nn.Transformer", "compile": args.mode,
+            "tokens_per_s": tokens * args.updates / seconds, "ms_per_update": seconds / args.updates * 1e3,
+            "tokens_per_update": tokens, "data_wait_share": 0.0, "warmup_s": warmed - began,
+            "compiles_after_warmup": compiles, "compiles": compile_count(), "precision": "bf16" if DEVICE == "cuda"
+            else "fp32", "wall_s": time.perf_counter() - began,
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else 0.0}
+
+
 def profile_summary(profiler, updates: int, stamps) -> dict:
     """Kernels per update, their GPU time against the wall time, and the costliest kernels."""
     events = [e for e in profiler.key_averages() if e.device_type.name == "CUDA"]
@@ -227,7 +288,7 @@ def loop_plan(results: list[dict]):
     ok = {(r["row"], r["compile"]): r["mfu"] for r in results if "mfu" in r}
     compiled = {mode: mfu for (row, mode), mfu in ok.items() if row == BASELINE and mode != "off"}
     best = max(compiled, key=compiled.get) if compiled else None
-    plan = [(BASELINE, "off"), (BASELINE, "reduce-overhead")]
+    plan = [(BASELINE, "off"), (BASELINE, "reduce-overhead"), (REFERENCE, "default")]
     plan += [(BASELINE, "default")] if (BASELINE, "reduce-overhead") not in ok else []
     plan += [(row, "off") for row in LOOP_ROWS[1:]] + [(BASELINE, "default")]
     plan += [(row, best) for row in LOOP_ROWS[1:] if best]
@@ -339,11 +400,70 @@ def study_one(args) -> dict:
             "precision": config.precision}
 
 
-def study_run(args) -> dict:
-    """Every (row, seed) at once, each in its own process on the one GPU, until the deadline."""
+# seeds each row gets over all GPU runs: 5 for each paper's headline comparison (Deguchi's DBSA
+# against its Transformer; Omote's dep+rel against abs and against rel), 3 for the other rows
+HEADLINE_ROWS = ("deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel")
+
+
+def seed_targets(rows: list[str], seeds: int, headline_seeds: int) -> dict[str, int]:
+    return {row: headline_seeds if row in HEADLINE_ROWS else seeds for row in rows}
+
+
+def baseline_of(row: str, shared: dict[str, str]) -> str:
+    """The row whose runs are ``row``'s table's baseline (Omote's: Deguchi's runs, where shared)."""
     from benchmarks import study
 
-    runs = [(row, seed) for row in args.rows for seed in range(1, args.seeds + 1)]
+    baseline = next(base for base, (_, rows) in study.TABLES.items() if row in rows)
+    return shared.get(baseline, baseline)
+
+
+def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int, max_runs: int,
+               shared: dict[str, str]) -> list[tuple[str, int]]:
+    """The (row, seed) pairs one GPU call trains: the runs each row lacks of its target (``trained``:
+    what the results files hold), in rounds of one new seed number each, headline rows first,
+    every run with its table's baseline at the same seed (the paired tests pair runs of one GPU
+    call), until ``max_runs``; seeds start at ``first_seed``, after every seed a results file has."""
+    rows = sorted(targets, key=lambda row: (row not in HEADLINE_ROWS, list(targets).index(row)))
+    counts = {row: trained.get(row, 0) for row in rows}
+    plan: list[tuple[str, int]] = []
+    for seed in range(first_seed, first_seed + max(targets.values(), default=0)):
+        for row in rows:
+            if counts[row] >= targets[row] or (row, seed) in plan:
+                continue
+            wanted = [run for run in dict.fromkeys([(baseline_of(row, shared), seed), (row, seed)]) if run not in plan]
+            if len(plan) + len(wanted) > max_runs:
+                return plan
+            plan.extend(wanted)
+            for run_row, _ in wanted:
+                counts[run_row] = counts.get(run_row, 0) + 1
+    return plan
+
+
+def trained_so_far(results_dir: Path, args) -> tuple[dict[str, int], int]:
+    """The runs each row has in the results files at this budget, and the first unused seed."""
+    counts: dict[str, int] = {}
+    seeds = [0]
+    for result in gpu_results.read_all([results_dir]) if results_dir.exists() else []:
+        run_study = result.get("study") or {}
+        if (run_study.get("max_updates"), run_study.get("epoch_updates")) != (args.max_updates, args.epoch_updates):
+            continue
+        for run in run_study["runs"]:
+            seeds.append(run["seed"])
+            if "failed" not in run:
+                counts[run["row"]] = counts.get(run["row"], 0) + 1
+    return counts, max(seeds) + 1
+
+
+def study_run(args) -> dict:
+    """The runs ``study_plan`` picks, at once, each in its own process on the one GPU, until the deadline."""
+    from benchmarks import study
+
+    shared = study.decoded_as(study_args(args))
+    rows = [row for row in args.rows if row not in shared]
+    trained, first_seed = trained_so_far(args.results_dir, args)
+    runs = study_plan(seed_targets(rows, args.seeds, args.headline_seeds), trained, first_seed, args.max_runs, shared)
+    log(f"study: {len(runs)} runs this call ({', '.join(f'{row} s{seed}' for row, seed in runs)}); "
+        f"before it, at this budget: {trained or 'none'}")
     work = Path(args.work)
     began = time.time()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -355,8 +475,8 @@ def study_run(args) -> dict:
         log_file = open(work / f"{study.slug(row)}-s{seed}.log", "w")
         processes[(row, seed)] = (subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                                    stderr=log_file, text=True), log_file)
-    results: dict = {"rows": args.rows, "seeds": args.seeds, "max_updates": args.max_updates,
-                     "epoch_updates": args.epoch_updates, "runs": []}
+    results: dict = {"rows": sorted({row for row, _ in runs}), "seeds": sorted({seed for _, seed in runs}),
+                     "max_updates": args.max_updates, "epoch_updates": args.epoch_updates, "runs": []}
     for (row, seed), (process, log_file) in processes.items():
         try:
             stdout, _ = process.communicate(timeout=max(1.0, args.deadline - time.time()))
@@ -409,7 +529,7 @@ def table(args) -> int:
     """The docs from every results file (``gpu_results``): the pooled GPU studies' tables
     (``study.paper_tables``) between the GPU markers of ``--out``, and every loop measurement
     between the loop markers of ``--performance``."""
-    from benchmarks import gpu_results, study
+    from benchmarks import study
     from platform.tracking.significance import signature_tokenizer
 
     results = gpu_results.read_all(args.results)
@@ -426,17 +546,32 @@ def table(args) -> int:
                                                      f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
         pooled = (f"{len(studies)} GPU run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
                   f"paired test pairs runs of the same GPU run.\n\n")
-        study.write_section(Path(args.out), pooled + "\n".join(sections), GPU_BEGIN, GPU_END)
+        study.write_section(Path(args.out), pooled + "\n".join(sections) + "\n" + seeds_line(studies, shared),
+                            GPU_BEGIN, GPU_END)
     if any(result.get("loop") for result in results):
         study.write_section(Path(args.performance), gpu_results.loop_table(results), gpu_results.LOOP_BEGIN,
                             gpu_results.LOOP_END)
     return 0
 
 
+def seeds_line(studies: list[dict], shared: dict[str, str]) -> str:
+    """How many runs each row has against its target (``gpu_run study`` trains what is missing)."""
+    from benchmarks import study
+
+    counts: dict[str, int] = {}
+    for result in studies:
+        for run in result["study"]["runs"]:
+            if "failed" not in run:
+                counts[run["row"]] = counts.get(run["row"], 0) + 1
+    rows = [row for row in study.ROWS if row not in shared]
+    targets = seed_targets(rows, 3, 5)
+    return ("Runs so far of each row, against its target over GPU runs (5 for the headline rows, 3 for the "
+            "others; `gpu_run study` trains what is missing): "
+            + ", ".join(f"{row} {counts.get(row, 0)}/{targets[row]}" for row in rows) + ".\n")
+
+
 def results_file(args, loop_result: dict | None, study_result: dict | None) -> Path:
     """This run's results file (``gpu_results``) in ``--out-dir``: what goes into the repository."""
-    from benchmarks import gpu_results
-
     meta = {**machine(), "commit": args.commit, "command": " ".join(["python -m benchmarks.gpu_run", *sys.argv[1:]]),
             "date": time.strftime("%Y%m%d-%H%M", time.gmtime())}
     return gpu_results.write(args.out_dir, meta, loop_result, study_result)
@@ -452,7 +587,7 @@ def checkout_commit() -> str:
 
 
 def main() -> int:
-    from benchmarks import gpu_results, study
+    from benchmarks import study
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -479,8 +614,14 @@ def main() -> int:
     study_options.add_argument("--work", default="/tmp/gpu-study")
     study_options.add_argument("--max-updates", type=int, default=study.MAX_UPDATES)
     study_options.add_argument("--epoch-updates", type=int, default=study.EPOCH_UPDATES)
-    study_options.add_argument("--rows", nargs="*", default=study.STUDY_ROWS)
-    study_options.add_argument("--seeds", type=int, default=3)
+    study_options.add_argument("--rows", nargs="*", default=study.ROWS, help="default: every row of the papers' tables")
+    study_options.add_argument("--seeds", type=int, default=3, help="runs a row gets over all GPU runs")
+    study_options.add_argument("--headline-seeds", type=int, default=5,
+                               help="runs each headline row gets over all GPU runs (HEADLINE_ROWS)")
+    study_options.add_argument("--max-runs", type=int, default=16,
+                               help="runs this call trains at once (one process each; 16 cores)")
+    study_options.add_argument("--results-dir", type=Path, default=gpu_results.RESULTS,
+                               help="the results files whose runs count: the call trains what they lack")
     a = sub.add_parser("all", parents=[common, loop_options, study_options])
     a.add_argument("--minutes", type=float, default=9.0, help="the whole run's budget")
     a.add_argument("--loop-minutes", type=float, default=4.0, help="of which the loop's")

@@ -47,14 +47,18 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     run = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "all", "--data", str(tanaka_dataset),
                           "--out-dir", str(out), "--work", str(tmp_path / "work"), "--test", str(test),
                           "--warmup", "1", "--updates", "1", "--profile", "1", "--max-tokens", "256",
-                          "--plan", "deguchi2019/baseline:off", "--rows", "deguchi2019/baseline", "omote2019/dep+rel",
-                          "--seeds", "1", "--max-updates", "4", "--epoch-updates", "2", "--minutes", "8",
+                          "--plan", "deguchi2019/baseline:off,reference:off",
+                          "--rows", "deguchi2019/baseline", "omote2019/dep+rel",
+                          "--seeds", "1", "--headline-seeds", "1", "--results-dir", str(tmp_path / "none"),
+                          "--max-updates", "4", "--epoch-updates", "2", "--minutes", "8",
                           "--loop-minutes", "3", "--min-run-s", "5", "--wheels", str(wheels), "--commit", "abc1234"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-3000:]
     loop = json.loads((out / "loop.json").read_text())
-    (baseline,) = loop["runs"]
+    baseline, reference = loop["runs"]  # the platform's baseline, then torch.nn.Transformer in the same call
     assert baseline["row"] == "deguchi2019/baseline" and baseline["mfu"] > 0 and baseline["tokens_per_update"] > 0
+    assert reference["row"] == "reference" and reference["model"] == "torch.nn.Transformer"
+    assert reference["tokens_per_s"] > 0 and reference["tokens_per_update"] > 0
     study = json.loads((out / "study.json").read_text())
     assert not [r for r in study["runs"] if "failed" in r], study["runs"]
     kinds = {r["row"]: set(r["tests"]) for r in study["runs"]}
@@ -83,9 +87,13 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr[-3000:]
     measured = performance.read_text()
-    loop_rows = [line for line in measured.splitlines() if line.startswith("| cpu, ")]
-    assert [line.split(" | ")[:3] for line in loop_rows] == [["| cpu, 0000000", "`deguchi2019/baseline`", "`off`"],
-                                                             ["| cpu, abc1234", "`deguchi2019/baseline`", "`off`"]]
+    loop_rows = [line.split(" | ") for line in measured.splitlines() if line.startswith("| cpu, ")]
+    assert [row[:3] for row in loop_rows] == [["| cpu, 0000000", "`deguchi2019/baseline`", "`off`"],
+                                              ["| cpu, 0000000", "`reference`", "`off`"],
+                                              ["| cpu, abc1234", "`deguchi2019/baseline`", "`off`"],
+                                              ["| cpu, abc1234", "`reference`", "`off`"]]
+    ratio = baseline["tokens_per_s"] / reference["tokens_per_s"]
+    assert loop_rows[0][6] == f"{ratio:.2f}×" and loop_rows[1][6] == "1.00×"  # × the same call's reference
     text = results.read_text()
     assert "2 GPU run(s) pooled" in text
     assert text.startswith("# Results\n\nwritten by hand, kept\n")
@@ -101,3 +109,31 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     assert rows[1].split(" | ")[cells.index("p (seeds)")] != "–"  # two a side: the seed-level test is there
     assert [line.split(" | ")[0] for line in section.splitlines() if line.startswith("| deguchi2019/")] == [
         "| deguchi2019/baseline"]  # Deguchi's table: the baseline alone, as the CPU study shows a row that ran
+
+
+def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baseline_at_its_seed(tmp_path):
+    """Seeds accumulate over GPU calls: each trains the runs its rows lack of their targets (5 for
+    the headline rows, 3 for the others), new seed numbers after every seed a results file has,
+    each run with its table's baseline at the same seed, headline rows first, at most --max-runs."""
+    from types import SimpleNamespace
+
+    from benchmarks import gpu_results, gpu_run, study
+
+    budget = SimpleNamespace(max_updates=2000, epoch_updates=250)
+    earlier = {"max_updates": 2000, "epoch_updates": 250, "wall_s": 60.0,
+               "runs": [{"row": row, "seed": seed} for row in study.STUDY_ROWS for seed in (1, 2, 3)]}
+    other_budget = {**earlier, "max_updates": 500, "runs": [{"row": "deguchi2019/enc", "seed": 9}]}
+    gpu_results.write(tmp_path, {"date": "20260101-0000", "device": "H100"}, None, earlier)
+    gpu_results.write(tmp_path, {"date": "20260102-0000", "device": "H100"}, None, other_budget)
+    trained, first = gpu_run.trained_so_far(tmp_path, budget)
+    assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # the other budget's runs do not count
+    shared = study.decoded_as(gpu_run.study_args(budget))
+    rows = [row for row in study.ROWS if row not in shared]
+    targets = gpu_run.seed_targets(rows, 3, 5)
+    plan = gpu_run.study_plan(targets, trained, first, 16, shared)
+    assert len(plan) == len(set(plan)) == 16 and min(seed for _, seed in plan) == 4
+    assert all((gpu_run.baseline_of(row, shared), seed) in plan for row, seed in plan)
+    assert [row for row, _ in plan[:4]] == list(gpu_run.HEADLINE_ROWS)  # the headline rows first
+    whole = gpu_run.study_plan(targets, trained, first, 1000, shared)  # no cap: every target met
+    assert all(trained.get(row, 0) + sum(r == row for r, _ in whole) >= targets[row] for row in rows)
+    assert sum(r == "omote2019/dep+rel" for r, _ in whole) == 2  # 3 in the results, 5 wanted
