@@ -1,0 +1,98 @@
+"""docs/results.md's prose says what its tables say: every figure its "What this says" bullets
+quote is read back here from the tables of the same page (written by benchmarks/study.py), so
+a rerun of the study that changes a table fails here until the prose follows."""
+
+import re
+
+import pytest
+from helpers import ROOT
+from scipy import stats
+
+PAGE = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+CPU = PAGE[PAGE.index("<!-- STUDY_BEGIN"):PAGE.index("<!-- STUDY_END -->")]
+
+
+def table(title: str) -> dict[str, dict[str, str]]:
+    """The first markdown table after ``### title`` in the CPU study's section, by row and header."""
+    lines = [line for line in CPU.split(f"### {title}")[1].split("###")[0].splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].strip("|").split(" | ")]
+    return {cells[0]: dict(zip(header, cells)) for cells in
+            ([cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2 if set(lines[1]) <= set("|-: ")
+                                                                                          else 1:])}
+
+
+def mean(cell: str) -> float:
+    return float(cell.split(" ± ")[0].split(" ")[0])
+
+
+def std(cell: str) -> float:
+    return float(cell.split(" ± ")[1].split(" ")[0])
+
+
+def bullet(start: str) -> str:
+    """The "What this says" bullet that starts with ``start``, on one line."""
+    said = PAGE.split("### What this says, and what it cannot")[1].split("\n## ")[0]
+    found = next(item for item in said.split("\n- ") if item.lstrip("- ").startswith(f"**{start}"))
+    return " ".join(found.split())
+
+
+DEGUCHI = table("Deguchi et al. 2019, Table 2")
+OMOTE = table("Omote et al. 2019, Table 2")
+DEV = {row: {int(update): float(value) for update, value in cells.items() if update.isdigit()}
+       for row, cells in table("Dev BLEU by update").items()}
+BASE, DBSA = DEGUCHI["deguchi2019/baseline"], DEGUCHI["deguchi2019/enc+dec"]
+GREEDY, DEP_REL = OMOTE["omote2019/baseline (the deguchi2019/baseline runs)"], OMOTE["omote2019/dep+rel"]
+
+
+def test_the_dbsa_bullet_quotes_the_deguchi_table_and_the_dev_curves():
+    text = bullet("DBSA on both sides")
+    assert (f"scores {mean(BASE['test BLEU']) - mean(DBSA['test BLEU']):.1f} BLEU and "
+            f"{mean(BASE['test chrF']) - mean(DBSA['test chrF']):.1f} chrF below") in text
+    assert "p ≤ 0.001 in both tests" in text
+    assert max(float(DBSA[key]) for key in ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")) <= 0.001
+    source, target = (float(value) for value in DBSA["UAS enc / dec"].split(" / "))
+    assert f"UAS {source:.2f} on the source, {target:.2f} on the target" in text
+    base, dbsa = DEV["deguchi2019/baseline"], DEV["deguchi2019/enc+dec"]
+    assert f"({dbsa[500]:.2f} against {base[500]:.2f} dev BLEU at 500 updates)" in text
+    assert f"(from {base[500] - dbsa[500]:.2f} to {base[2000] - dbsa[2000]:.2f})" in text
+
+
+def test_the_dep_rel_bullet_quotes_the_omote_table():
+    text = bullet("Dependency-based relative positions")
+    assert f"scores {mean(DEP_REL['test BLEU']) - mean(GREEDY['test BLEU']):.1f} BLEU above" in text
+    assert all(DEV["omote2019/dep+rel"][u] > DEV["deguchi2019/baseline"][u] for u in DEV["deguchi2019/baseline"])
+    assert "leads the dev curve at every validation" in text
+    p = {key: float(DEP_REL[key]) for key in ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")}
+    assert (f"p is {p['BLEU p (bs)']:.2f} (bootstrap) and {p['BLEU p (ar)']:.2f} (randomisation) for BLEU, "
+            f"{p['chrF2 p (bs)']:.2f} and {p['chrF2 p (ar)']:.2f} for chrF") in text
+
+
+def test_the_budget_bullet_quotes_the_dev_curve_and_the_averaged_weights():
+    text = bullet("The baseline has not flattened")
+    base = DEV["deguchi2019/baseline"]
+    assert f"still gains {base[2000] - base[1750]:.1f} between 1,750 and 2,000 updates" in text
+    averaged = [(mean(row["test BLEU"]), mean(row["BLEU, last validations averaged"]))
+                for row in (*DEGUCHI.values(), *OMOTE.values()) if row["BLEU, last validations averaged"] != "–"]
+    assert averaged and all(last < best for best, last in averaged)  # "below the best checkpoint in every row"
+    assert "score below the best checkpoint in every row" in text
+
+
+def test_the_tests_bullet_quotes_the_seed_spread_and_welchs_p_from_the_tables():
+    text = bullet("The sentence-level tests ignore training's variance")
+    spreads = [std(row["test BLEU"]) for row in (*DEGUCHI.values(), *OMOTE.values())]
+    assert f"({min(spreads):.1f} to {max(spreads):.1f} BLEU)" in text
+
+    def welch(system: dict[str, str], baseline: dict[str, str]) -> float:
+        return stats.ttest_ind_from_stats(mean(system["test BLEU"]), std(system["test BLEU"]), int(system["seeds"]),
+                                          mean(baseline["test BLEU"]), std(baseline["test BLEU"]),
+                                          int(baseline["seeds"]), equal_var=False).pvalue
+
+    assert (f"Welch gives p {welch(DBSA, BASE):.3f} for `enc+dec` against its baseline and "
+            f"{welch(DEP_REL, GREEDY):.2f} for `dep+rel`") in text
+
+
+@pytest.mark.parametrize("claim", ["The 9 runs took 108 minutes"])
+def test_the_study_time_in_the_speed_bullet_is_the_tables(claim):
+    runs, minutes = re.search(r"(\d+) runs \(\d+ updates each\); the study's wall time, training and test "
+                              r"decoding: (\d+) min", CPU).groups()
+    assert claim == f"The {runs} runs took {minutes} minutes" and claim in bullet("Speed")
