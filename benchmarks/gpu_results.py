@@ -110,3 +110,49 @@ def loop_table(results: list[dict[str, Any]]) -> str:
                          for result in results if result.get("loop"))
     return ("\n".join(lines) + f"\n\n{notes}The GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n"
             f"{commands}\n")
+
+
+AFTERNOON_BEGIN, AFTERNOON_END = ("<!-- AFTERNOON_BEGIN: written by benchmarks/gpu_run.py table -->",
+                                  "<!-- AFTERNOON_END -->")
+# measured on this project's 2-core machine (docs/data.md): GiNZA parsing Tanaka's Japanese,
+# sentences per second and worker (python -m benchmarks.parse_speed); prepare, pairs per second
+# of one process on 5M synthetic pairs of 20-40 words a side (python -m benchmarks.scale)
+PARSE_PER_CORE = 104.0
+PREPARE_PER_S = 5_000_000 / 2173
+PAIRS = 3_000_000
+# the papers' Transformer rows and epochs (Deguchi: 20, Omote: 30); Omote's baseline is Deguchi's
+# config, trained for 30 epochs as Omote's own (so it is a run of its own here)
+TRANSFORMER_RUNS = {"deguchi2019": (4, 20), "omote2019": (4, 30)}
+SEEDS = 3
+TARGET_TOKENS = 30  # illustrative target subwords a pair: ASPEC's are not measured here (Tanaka's: 9 with EOS)
+
+
+def afternoon(results: list[dict[str, Any]]) -> str:
+    """What a 3M-pair corpus costs through parse, prepare and the Transformer rows of the
+    papers × 3 seeds on 4 GPUs, from the measured rates (the newest GPU run's fastest baseline)."""
+    rates = [(entry["tokens_per_s"], result) for result in results
+             for entry in (result.get("loop") or {}).get("runs", [])
+             if entry.get("row") == "deguchi2019/baseline" and "tokens_per_s" in entry]
+    if not rates:
+        return "No GPU run has measured the baseline's training rate yet.\n"
+    newest = max(result["name"] for _, result in rates)
+    rate, result = max((rate, result) for rate, result in rates if result["name"] == newest)
+    parse_core_h = 2 * PAIRS / PARSE_PER_CORE / 3600
+    prepare_min = PAIRS / PREPARE_PER_S / 60
+    runs = sum(rows * SEEDS for rows, _ in TRANSFORMER_RUNS.values())
+    gpu_h = sum(rows * SEEDS * epochs * PAIRS * TARGET_TOKENS / rate / 3600
+                for rows, epochs in TRANSFORMER_RUNS.values())
+    return (f"| step | measured rate | where it comes from | {PAIRS / 1e6:.0f}M pairs |\n|---|---|---|---|\n"
+            f"| parse (GiNZA; spaCy's English assumed no slower) | {PARSE_PER_CORE:.0f} sentences/s a core | "
+            f"`benchmarks.parse_speed`, Tanaka ja ([data.md](data.md)) | {parse_core_h:.0f} core-hours, both sides |\n"
+            f"| prepare (one process) | {PREPARE_PER_S:,.0f} pairs/s | `benchmarks.scale`, 5M pairs "
+            f"([data.md](data.md)) | {prepare_min:.0f} min |\n"
+            f"| train the papers' {runs} Transformer runs ({SEEDS} seeds; Deguchi's 4 rows × 20 epochs, Omote's 4 "
+            f"× 30) | {rate:,.0f} target tokens/s a GPU, paper size | {setting(result, 'the fastest baseline mode')}"
+            f" | {gpu_h:,.0f} GPU-hours, {gpu_h / 4:,.0f} h on 4 GPUs |\n\n"
+            f"The training row assumes {TARGET_TOKENS} target subwords a pair (ASPEC's are not measured here; "
+            f"Tanaka's are 9 with the end-of-sentence token, on the dataset `platform.prepare` makes by default): "
+            f"time scales with it. The RNN papers' rows (Yang's 5, Currey's 3) have no GPU "
+            f"rate measured yet, nor has an A10G (g5); their rows are left out rather than guessed. The goal "
+            f"(the four papers in one afternoon on 4 GPUs) needs the training rate about "
+            f"{gpu_h / 4 / 4:.0f}× today's: the GPU work in [performance.md](performance.md#the-prepared-gpu-run).\n")

@@ -551,6 +551,8 @@ def table(args) -> int:
     if any(result.get("loop") for result in results):
         study.write_section(Path(args.performance), gpu_results.loop_table(results), gpu_results.LOOP_BEGIN,
                             gpu_results.LOOP_END)
+        study.write_section(Path(args.cluster), gpu_results.afternoon(results), gpu_results.AFTERNOON_BEGIN,
+                            gpu_results.AFTERNOON_END)
     return 0
 
 
@@ -650,6 +652,7 @@ def main() -> int:
                     help="results files, or folders of them (default: benchmarks/gpu_results)")
     tp.add_argument("--out", default=str(ROOT / "docs" / "results.md"))
     tp.add_argument("--performance", default=str(ROOT / "docs" / "performance.md"))
+    tp.add_argument("--cluster", default=str(ROOT / "docs" / "cluster.md"), help="where 'What an afternoon buys' goes")
     tp.add_argument("--tanaka", type=Path, default=study.TANAKA,
                     help="the tanaka-enja directory: its training targets mark the test pairs seen in training")
     args = parser.parse_args()

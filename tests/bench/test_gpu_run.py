@@ -79,13 +79,16 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
                               "0000000", "--command", "python -m benchmarks.gpu_run all", "--date", "20260101-0000",
                               "--to", str(kept)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert earlier.returncode == 0, earlier.stderr[-3000:]
-    results, performance = tmp_path / "results.md", tmp_path / "performance.md"
+    results, performance, cluster = tmp_path / "results.md", tmp_path / "performance.md", tmp_path / "cluster.md"
     results.write_text("# Results\n\nwritten by hand, kept\n")
     performance.write_text("# Performance\n")
+    cluster.write_text("# Cluster\n")
     table = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "table", "--results", str(kept),
-                            "--out", str(results), "--performance", str(performance)],
+                            "--out", str(results), "--performance", str(performance), "--cluster", str(cluster)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr[-3000:]
+    # what an afternoon buys, from the newest run's measured baseline rate
+    assert f"| {baseline['tokens_per_s']:,.0f} target tokens/s a GPU, paper size |" in cluster.read_text()
     measured = performance.read_text()
     loop_rows = [line.split(" | ") for line in measured.splitlines() if line.startswith("| cpu, ")]
     assert [row[:3] for row in loop_rows] == [["| cpu, 0000000", "`deguchi2019/baseline`", "`off`"],
