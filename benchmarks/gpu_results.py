@@ -75,7 +75,8 @@ def setting(result: dict[str, Any], what: str) -> str:
 def pooled_studies(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The results with a study at the newest one's budget (runs of another budget train
     another function: they are not pooled)."""
-    studies = [result for result in results if result.get("study")]
+    studies = [result for result in results  # a study none of whose runs finished adds nothing
+               if any("failed" not in run for run in (result.get("study") or {}).get("runs", []))]
     if not studies:
         return []
     budget = {key: studies[-1]["study"][key] for key in ("max_updates", "epoch_updates")}
@@ -136,7 +137,7 @@ def afternoon(results: list[dict[str, Any]]) -> str:
     if not rates:
         return "No GPU run has measured the baseline's training rate yet.\n"
     newest = max(result["name"] for _, result in rates)
-    rate, result = max((rate, result) for rate, result in rates if result["name"] == newest)
+    rate, result = max(((rate, result) for rate, result in rates if result["name"] == newest), key=lambda x: x[0])
     parse_core_h = 2 * PAIRS / PARSE_PER_CORE / 3600
     prepare_min = PAIRS / PREPARE_PER_S / 60
     runs = sum(rows * SEEDS for rows, _ in TRANSFORMER_RUNS.values())

@@ -5,7 +5,7 @@
     python -m benchmarks.gpu_run all --out-dir OUT          # on the GPU machine: loop, then study, in --minutes
     python -m benchmarks.gpu_run loop --out-dir OUT         # paper-size MFU in the real loop: eager vs compiled
     python -m benchmarks.gpu_run study --out-dir OUT        # the study's rows x seeds, all at once on the GPU
-    python -m benchmarks.gpu_run table --results OUT/study.json   # the GPU rows into docs/results.md
+    python -m benchmarks.gpu_run table      # the docs' GPU tables from every file in benchmarks/gpu_results/
 
 ``loop`` trains each (row, compile mode) for ``--warmup`` + ``--updates`` updates through
 ``platform.training.loop.fit`` itself (prefetch thread, pinned batches, ``train_step``, reports),
@@ -14,11 +14,13 @@ the loop's own report.  Model FLOPs per target token are the baseline Transforme
 epoch's real sentences (``transformer_train_flops`` per sentence: padding and the masked parts of
 packed rows are not counted), so MFU = tokens/s x FLOPs per token / the GPU's dense bf16 peak.
 
-``study`` trains ``benchmarks/study.py``'s rows and seeds at its size and budget (one process per
-run, all at once on the GPU, float32 as on the CPU) and decodes the test set as the CPU study
-does: the best checkpoint, the last validations' weights averaged, and the baseline as the Omote
-rows decode.  ``table`` (here, on the CPU) turns its JSON into the GPU table of docs/results.md.
-Needs torch, pyarrow, sentencepiece and sacrebleu, not Ray, MLflow or Optuna;
+``study`` trains what the results files lack (``study_plan``) with ``benchmarks/study.py``'s
+configs at its size and budget (one process per run, all at once on the GPU, float32 as on the
+CPU) and decodes the test set as the CPU study does: the best checkpoint, the last validations'
+weights averaged, and the baseline as the Omote rows decode.  Each call writes one results file
+into ``--out-dir`` (``benchmarks.gpu_results``), which goes into ``benchmarks/gpu_results/``;
+``table`` (here, on the CPU) builds the docs' GPU sections from all of them.  Needs torch,
+pyarrow, sentencepiece and sacrebleu, not Ray, MLflow or Optuna (``preflight``; ``carry``);
 ``GPU_RUN_DEVICE=cpu`` dry-runs it on a CPU.
 """
 
@@ -403,6 +405,7 @@ def study_one(args) -> dict:
 # seeds each row gets over all GPU runs: 5 for each paper's headline comparison (Deguchi's DBSA
 # against its Transformer; Omote's dep+rel against abs and against rel), 3 for the other rows
 HEADLINE_ROWS = ("deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel")
+SEEDS, HEADLINE_SEEDS = 3, 5
 
 
 def seed_targets(rows: list[str], seeds: int, headline_seeds: int) -> dict[str, int]:
@@ -482,14 +485,17 @@ def study_run(args) -> dict:
             stdout, _ = process.communicate(timeout=max(1.0, args.deadline - time.time()))
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
             stdout = ""
         log_file.close()
-        if process.returncode:
+        lines = stdout.strip().splitlines()
+        if process.returncode or not lines:
+            why = "past the deadline" if process.returncode == -9 else f"exit {process.returncode}"
             tail = Path(log_file.name).read_text()[-3000:]
-            log(f"study {row} seed {seed} failed ({process.returncode}):\n{tail}")
-            results["runs"].append({"row": row, "seed": seed, "failed": tail})
+            log(f"study {row} seed {seed} failed ({why}):\n{tail}")
+            results["runs"].append({"row": row, "seed": seed, "failed": f"{why}: {tail}"})
             continue
-        entry = json.loads(stdout.strip().splitlines()[-1])
+        entry = json.loads(lines[-1])
         results["runs"].append(entry)
         bleu = {kind: round(test["metrics"][f"{kind}_bleu"], 2) for kind, test in entry["tests"].items()}
         log(f"study {row:<22} seed {seed}: {bleu}  trained in {entry['train_s']:.0f} s, "
@@ -540,8 +546,11 @@ def table(args) -> int:
         **{key: studies[-1]["study"][key] for key in ("max_updates", "epoch_updates")})))) if studies else {}
     if scored:
         first = next(run for result in studies for run in result["study"]["runs"] if "failed" not in run)
+        seen = study.training_targets(args.tanaka)
+        if not seen:
+            log(f"no training split at {args.tanaka}: the tables lose the 'test BLEU, unseen' column (--tanaka DIR)")
         sections = study.paper_tables(scored, shared, signature_tokenizer(first["tests"]["test"]["signature"]), "####",
-                                      study.training_targets(args.tanaka))
+                                      seen)
         runs = "; ".join(gpu_results.setting(result, f"{len(result['study']['runs'])} runs at once, "
                                                      f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
         pooled = (f"{len(studies)} GPU run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
@@ -566,7 +575,7 @@ def seeds_line(studies: list[dict], shared: dict[str, str]) -> str:
             if "failed" not in run:
                 counts[run["row"]] = counts.get(run["row"], 0) + 1
     rows = [row for row in study.ROWS if row not in shared]
-    targets = seed_targets(rows, 3, 5)
+    targets = seed_targets(rows, SEEDS, HEADLINE_SEEDS)
     return ("Runs so far of each row, against its target over GPU runs (5 for the headline rows, 3 for the "
             "others; `gpu_run study` trains what is missing): "
             + ", ".join(f"{row} {counts.get(row, 0)}/{targets[row]}" for row in rows) + ".\n")
@@ -617,8 +626,8 @@ def main() -> int:
     study_options.add_argument("--max-updates", type=int, default=study.MAX_UPDATES)
     study_options.add_argument("--epoch-updates", type=int, default=study.EPOCH_UPDATES)
     study_options.add_argument("--rows", nargs="*", default=study.ROWS, help="default: every row of the papers' tables")
-    study_options.add_argument("--seeds", type=int, default=3, help="runs a row gets over all GPU runs")
-    study_options.add_argument("--headline-seeds", type=int, default=5,
+    study_options.add_argument("--seeds", type=int, default=SEEDS, help="runs a row gets over all GPU runs")
+    study_options.add_argument("--headline-seeds", type=int, default=HEADLINE_SEEDS,
                                help="runs each headline row gets over all GPU runs (HEADLINE_ROWS)")
     study_options.add_argument("--max-runs", type=int, default=16,
                                help="runs this call trains at once (one process each; 16 cores)")
@@ -676,13 +685,15 @@ def main() -> int:
     write_json(args.out_dir / "meta.json", machine())
     end = started + args.minutes * 60
     loop_result = study_result = None
-    if args.command in ("all", "loop"):
-        args.deadline = min(end, started + (args.loop_minutes if args.command == "all" else args.minutes) * 60)
-        loop_result = loop(args)
-    if args.command in ("all", "study"):
-        args.deadline = end
-        study_result = study_run(args)
-    log(f"done in {time.time() - started:.0f} s; the results file: {results_file(args, loop_result, study_result)}")
+    try:
+        if args.command in ("all", "loop"):
+            args.deadline = min(end, started + (args.loop_minutes if args.command == "all" else args.minutes) * 60)
+            loop_result = loop(args)
+        if args.command in ("all", "study"):
+            args.deadline = end
+            study_result = study_run(args)
+    finally:  # what was measured reaches the results file, whatever failed after it
+        log(f"done in {time.time() - started:.0f} s; the results file: {results_file(args, loop_result, study_result)}")
     return 0
 
 

@@ -325,10 +325,11 @@ def paper_tables(scored: dict[str, dict[str, Scored]], shared: dict[str, str], t
 
 def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], shared: dict[str, str],
                 tokenizer: str, seen: frozenset[str] = frozenset()) -> str:
-    """One paper's rows that ran: scores over seeds and the paired tests against ``baseline`` on
-    the seeds both ran, their outputs concatenated in seed order (BLEU with ``tokenizer``: the
-    one the runs' own BLEU used)."""
-    from platform.tracking.significance import methods, seed_columns, seed_methods, significance_table
+    """One paper's rows that ran: scores over every run of each row, the seed-level test against
+    ``baseline`` (unpaired: every run of both), and the paired tests against it on the seeds both
+    ran, their outputs concatenated in seed order (BLEU with ``tokenizer``: the one the runs' own
+    BLEU used)."""
+    from platform.tracking.significance import methods, seed_columns, seed_methods
     from platform.tracking.tables import format_table, mean_std
 
     ran = [row for row in rows if by_row.get(row)]
@@ -336,13 +337,10 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
         return f"The baseline {baseline} has not run: no table.\n"
     ran.remove(baseline)
     ran.insert(0, baseline)
-    cells, hypotheses, references, bleu = [], [], [], []
+    outputs = {row: {seed: entry.outputs() for seed, entry in by_row[row].items()} for row in ran}  # read once
+    cells, bleu = [], []
     for row in ran:
-        seeds = sorted(set(by_row[row]) & set(by_row[baseline]), key=seed_order)
-        entries = [by_row[row][seed] for seed in seeds]
-        outputs = [entry.outputs() for entry in entries]
-        hypotheses.append([line for out in outputs for line in out["hyp"]])
-        references.append([line for out in outputs for line in out["ref"]])
+        entries = [by_row[row][seed] for seed in sorted(by_row[row], key=seed_order)]
 
         def metric(key: str, entries: list[Scored] = entries) -> list[float]:
             return [value for entry in entries if (value := entry.metric(key)) is not None]
@@ -352,7 +350,7 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
                          if key.startswith("test_avg") and key.endswith("_bleu")), None)
         uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k))
         source = f" (the {shared[row]} runs)" if row in shared else ""
-        unseen = mean_std([unseen_bleu(out, seen, tokenizer) for out in outputs]) if seen else "–"
+        unseen = mean_std([unseen_bleu(out, seen, tokenizer) for out in outputs[row].values()]) if seen else "–"
         cells.append({"row": row + source, "seeds": len(entries), "decoding": decoding(row),
                       "test BLEU": mean_std(metric("test_bleu")), UNSEEN: unseen,
                       TOKENIZED: mean_std(metric("test_bleu_tok")) if metric("test_bleu_tok") else "–",
@@ -362,25 +360,44 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
                       "UAS enc / dec": uas or "–", "params": f"{int(metric('num_parameters')[0]):,}",
                       "train tok/s": f"{statistics.fmean(metric('tokens_per_s')):,.0f}",
                       "min per run": f"{statistics.fmean(metric('study_wall_s')) / 60:.1f}"
-                      if metric("study_wall_s") else "–"})
-    if any(len(refs) != len(references[0]) for refs in references):
-        raise SystemExit("the rows ran different seeds than the baseline; run the missing seeds first")
-    table = significance_table(cells, hypotheses, references[0], tokenizer)
-    for row, seed_cells in zip(table, seed_columns(bleu)):  # the primary test: training's variance, over seeds
+                      if metric("study_wall_s") else "–",
+                      **paired_cells(outputs, baseline, row, tokenizer)})
+    for row, seed_cells in zip(cells, seed_columns(bleu)):  # the primary test: training's variance, over seeds
         row.update({key: value for key, value in seed_cells.items() if key != "BLEU"})
     keep = ("row", "seeds", "decoding", "test BLEU", "Δ BLEU (95% CI)", "p (seeds)", "p (Holm)",
-            *((UNSEEN,) if seen else ()), TOKENIZED, "test chrF",
-            "BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)", "BLEU, last validations averaged",
+            *((UNSEEN,) if seen else ()), TOKENIZED, "test chrF", *PAIRED, "BLEU, last validations averaged",
             "UAS enc / dec", "params", "train tok/s", "min per run")
-    shown = [{key: row[key] for key in keep} for row in table]
-    overlap = sum(reference in seen for reference in references[0]) // max(1, len(by_row[baseline]))
-    unseen = (f" {UNSEEN}: the same, without the {overlap} test pairs whose reference is also a training "
-              f"target." if seen else "")
-    return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over the seeds (sacrebleu, detokenized; "
-            f"the primary metric).{unseen} {TOKENIZED}: sacrebleu on the tokenized hypotheses and references, the "
-            f"kind of BLEU the papers report (not comparable across tokenizations). "
+    shown = [{key: row[key] for key in keep} for row in cells]
+    first = next(iter(outputs[baseline].values()))["ref"]
+    unseen = (f" {UNSEEN}: the same, without the {sum(reference in seen for reference in first)} test pairs whose "
+              f"reference is also a training target." if seen else "")
+    return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over every run of the row (sacrebleu, "
+            f"detokenized; the primary metric).{unseen} {TOKENIZED}: sacrebleu on the tokenized hypotheses and "
+            f"references, the kind of BLEU the papers report (not comparable across tokenizations). "
             f"Primary, each row against {baseline} {seed_methods()}. Secondary, the test set's variance only: "
-            f"p (bs), p (ar) on the seeds' outputs concatenated ({methods(tokenizer)}).\n")
+            f"p (bs), p (ar) on the seeds both ran, their outputs concatenated ({methods(tokenizer)}).\n")
+
+
+PAIRED = ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")  # the paired tests' columns
+
+
+def paired_cells(outputs: dict[str, dict[str, dict[str, list[str]]]], baseline: str, row: str,
+                 tokenizer: str) -> dict[str, str]:
+    """``row`` against ``baseline`` by the paired tests on the seeds both ran (seed s of one
+    paired with seed s of the other, sentence by sentence); "–" for the baseline itself and
+    where they share no seed."""
+    from platform.tracking.significance import significance_table
+
+    common = sorted(set(outputs[row]) & set(outputs[baseline]), key=seed_order)
+    if row == baseline or not common:
+        return dict.fromkeys(PAIRED, "–")
+
+    def lines(name: str, side: str) -> list[str]:
+        return [line for seed in common for line in outputs[name][seed][side]]
+
+    tested = significance_table([{}, {}], [lines(baseline, "hyp"), lines(row, "hyp")], lines(baseline, "ref"),
+                                tokenizer)[1]
+    return {key: tested[key] for key in PAIRED}
 
 
 def decoding(row: str) -> str:

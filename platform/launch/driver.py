@@ -145,7 +145,7 @@ def _fit_with_ray(config: TrainConfig, job: Job, run_id: str, callbacks: list):
 
 
 def kept_location(job: Job) -> str:
-    """Where the run's kept weights live (``training.averaging``): beside Ray's checkpoints of
+    """Where the run's kept weights live (``training.retention``): beside Ray's checkpoints of
     the run, in its storage path, so a restarted worker group finds them."""
     return locate(job.storage_path).child(job.run_name).child("kept").uri
 

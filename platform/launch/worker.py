@@ -41,7 +41,7 @@ class WorkerSpec:
     tracking_uri: str
     run_id: str
     cpus_per_worker: float
-    kept_at: str  # where rank 0 keeps the weights to average and the best N (``training.averaging``)
+    kept_at: str  # where rank 0 keeps the weights to average and the best N (``training.retention``)
     spool: str  # where MLflow records wait through an outage (``tracking.spool``)
     started_at: float | None = None  # time.time() of the launch: the first report's startup_s
     init: dict[str, Any] | None = None  # --init-from: the weights (``launch.init_from``) to start from

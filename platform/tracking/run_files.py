@@ -24,7 +24,7 @@ def fetch_checkpoint(run_id: str, tracking_uri: str, directory: str | Path) -> P
 
 
 def fetch_kept(run_id: str, tracking_uri: str, directory: str | Path) -> Path:
-    """Download the last checkpoints' weights the run kept (``training.averaging.LAST``; a
+    """Download the last checkpoints' weights the run kept (``training.retention.LAST``; a
     run from before update checkpoints: its ``LEGACY_LAST`` epochs) into ``directory``; returns
     their directory (``directory`` itself, empty, where it kept none)."""
 

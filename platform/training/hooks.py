@@ -77,7 +77,6 @@ class LocalHooks(Hooks):
             save_checkpoint(state, Path(self.directory) / "last.pt")
             if is_best:
                 save_checkpoint(state, Path(self.directory) / "best.pt")
-            self.retention.registered(state)
 
 
 @contextmanager

@@ -161,9 +161,13 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     assert (tmp_path / "img" / "curves.png").stat().st_size > 1000
     assert "6 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
 
-    log_study_run(client, experiment, "deguchi2019/enc+dec", 3, {"test": better}, ref, tmp_path, study,
-                  args)  # no baseline seed 3
-    assert rows(study.tables(args), "Deguchi")["deguchi2019/enc+dec"]["seeds"] == "2"  # the seeds both ran
+    # unequal runs: enc+dec seed 3 without the baseline's, the baseline's seed 4 without enc+dec's
+    log_study_run(client, experiment, "deguchi2019/enc+dec", 3, {"test": better}, ref, tmp_path, study, args)
+    log_study_run(client, experiment, "deguchi2019/baseline", 4, {"test": worse, "test_as_omote2019-baseline": ref},
+                  ref, tmp_path, study, args)
+    again = rows(study.tables(args), "Deguchi")
+    assert again["deguchi2019/baseline"]["seeds"] == again["deguchi2019/enc+dec"]["seeds"] == "3"  # every run
+    assert again["deguchi2019/enc+dec"]["BLEU p (bs)"] == dbsa["BLEU p (bs)"]  # paired on seeds 1 and 2, as before
 
 
 def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs_where_both_train_alike(study):
