@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks import gpu_results
+from benchmarks import gpu_results, study  # both standard library only at import
 
 ROOT = Path(__file__).resolve().parents[1]
 THIS = [sys.executable, "-m", "benchmarks.gpu_run"]  # this benchmark again, in a process of its own
@@ -367,7 +367,6 @@ def study_one(args) -> dict:
 
     import torch
 
-    from benchmarks import study
     from platform.data.dataset import PreparedDataset
     from platform.inference import Trained, write_outputs
     from platform.training.config import TrainConfig
@@ -414,8 +413,6 @@ def seed_targets(rows: list[str], seeds: int, headline_seeds: int) -> dict[str, 
 
 def baseline_of(row: str, shared: dict[str, str]) -> str:
     """The row whose runs are ``row``'s table's baseline (Omote's: Deguchi's runs, where shared)."""
-    from benchmarks import study
-
     baseline = next(base for base, (_, rows) in study.TABLES.items() if row in rows)
     return shared.get(baseline, baseline)
 
@@ -459,8 +456,6 @@ def trained_so_far(results_dir: Path, args) -> tuple[dict[str, int], int]:
 
 def study_run(args) -> dict:
     """The runs ``study_plan`` picks, at once, each in its own process on the one GPU, until the deadline."""
-    from benchmarks import study
-
     shared = study.decoded_as(study_args(args))
     rows = [row for row in args.rows if row not in shared]
     trained, first_seed = trained_so_far(args.results_dir, args)
@@ -512,8 +507,6 @@ def scored_runs(studies: list[dict], shared: dict[str, str]) -> dict:
     """``{row: {run: study.Scored}}`` of the pooled GPU studies, as ``study.scored_rows`` reads
     MLflow runs: each run's own row, and the ``shared`` rows from their source rows' runs.  A run
     is ``I:SEED``, the I-th results file's seed, so the paired tests pair runs of one GPU run."""
-    from benchmarks import study
-
     rows: dict[str, dict[str, study.Scored]] = {}
     for index, result in enumerate(studies, 1):
         for run in result["study"]["runs"]:
@@ -535,7 +528,6 @@ def table(args) -> int:
     """The docs from every results file (``gpu_results``): the pooled GPU studies' tables
     (``study.paper_tables``) between the GPU markers of ``--out``, and every loop measurement
     between the loop markers of ``--performance``."""
-    from benchmarks import study
     from platform.tracking.significance import signature_tokenizer
 
     results = gpu_results.read_all(args.results)
@@ -567,8 +559,6 @@ def table(args) -> int:
 
 def seeds_line(studies: list[dict], shared: dict[str, str]) -> str:
     """How many runs each row has against its target (``gpu_run study`` trains what is missing)."""
-    from benchmarks import study
-
     counts: dict[str, int] = {}
     for result in studies:
         for run in result["study"]["runs"]:
@@ -598,8 +588,6 @@ def checkout_commit() -> str:
 
 
 def main() -> int:
-    from benchmarks import study
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
