@@ -86,7 +86,7 @@ def pooled_studies(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def loop_table(results: list[dict[str, Any]]) -> str:
     """Every GPU run's loop measurements, one row per (run, row, compile mode)."""
     lines = ["| GPU run | row | `compile` | ms / update | target tokens/s | MFU | × reference | kernels / update "
-             "| GPU busy |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| GPU busy | losses |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for result in results:
         loop = result.get("loop") or {}
         meta = result["meta"]
@@ -97,16 +97,20 @@ def loop_table(results: list[dict[str, Any]]) -> str:
         for entry in loop.get("runs", []):
             if "failed" in entry:
                 lines.append(f"| {run} | `{entry.get('row', '?')}` | `{entry.get('compile', '?')}` | failed: "
-                             f"{entry['failed']} | | | | | |")
+                             f"{entry['failed']} | | | | | | |")
                 continue
             profile = entry.get("profile") or {}
             kernels = f"{profile['kernels_per_update']:,.0f}" if "kernels_per_update" in profile else "–"
             busy = f"{profile['gpu_busy']:.0%}" if "gpu_busy" in profile else "–"
             ratio = f"{entry['tokens_per_s'] / reference:.2f}×" if reference else "–"
             lines.append(f"| {run} | `{entry['row']}` | `{entry['compile']}` | {entry['ms_per_update']:.1f} | "
-                         f"{entry['tokens_per_s']:,.0f} | {entry['mfu']:.1%} | {ratio} | {kernels} | {busy} |")
+                         f"{entry['tokens_per_s']:,.0f} | {entry['mfu']:.1%} | {ratio} | {kernels} | {busy} | "
+                         f"{entry.get('losses_digest', '–')} |")
     notes = ("`× reference`: target tokens/s against the same GPU run's `torch.nn.Transformer` at the baseline's "
-             "size, compiled, fused AdamW (`reference`; \"–\" for a run without it).\n\n")
+             "size, compiled, fused AdamW (`reference`; \"–\" for a run without it). `compile`: the mode, "
+             "`+deterministic` for `deterministic=true`, `@N` for N target positions an update, `#2` for a rerun. "
+             "`losses`: a digest of every update's loss and gradient norm: a rerun with the same digest repeated "
+             "its run bit for bit.\n\n")
     commands = "\n".join(f"- {setting(result, '`' + result['meta'].get('command', '?') + '`')}"
                          for result in results if result.get("loop"))
     return ("\n".join(lines) + f"\n\n{notes}The GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n"

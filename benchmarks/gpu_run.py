@@ -27,6 +27,7 @@ pyarrow, sentencepiece and sacrebleu, not Ray, MLflow or Optuna (``preflight``; 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -122,17 +123,33 @@ def log(message: str) -> None:
 # ------------------------------------------------------------------------------ loop: MFU of the real loop
 
 
-def loop_config(row: str, mode: str, args):
+def parse_setting(label: str) -> tuple[str, dict]:
+    """A loop run's setting ``MODE[+deterministic][@TOKENS][#N]``: the compile mode, and the
+    config it changes (``TrainConfig.deterministic``; ``TOKENS`` target positions an update
+    instead of ``--max-tokens``); ``#N`` marks the Nth run of the same setting (a rerun whose
+    losses must repeat where the setting is deterministic)."""
+    label = label.split("#")[0]
+    label, _, tokens = label.partition("@")
+    mode, *flags = label.split("+")
+    unknown = set(flags) - {"deterministic"}
+    if mode not in ("off", "default", "reduce-overhead") or unknown or (tokens and not tokens.isdigit()):
+        raise SystemExit(f"gpu_run: bad loop setting {label!r}: MODE[+deterministic][@TOKENS][#N]")
+    changes = {"deterministic": True} if flags else {}
+    return mode, {**changes, **({"batching.max_tokens": int(tokens)} if tokens else {})}
+
+
+def loop_config(row: str, setting: str, args):
     """The row's recipe at the paper size with a GPU's batch (``--max-tokens`` per update, no
-    sentence cap, ``--bucket``), compiled as ``mode``; a progress call after every update, the
-    one validation at the end."""
+    sentence cap, ``--bucket``), in ``setting`` (``parse_setting``); a progress call after every
+    update, the one validation at the end."""
     from platform.training.config import resolve_config
     from platform.training.recipes import get_recipe
 
+    mode, changes = parse_setting(setting)
     total = args.warmup + args.updates + args.profile
     settings = {"batching.max_sentences": None, "batching.max_tokens": args.max_tokens,
                 "batching.pack_width": args.pack_width, "batching.bucket": args.bucket, "compile": mode,
-                "validate_every": total, "average_last": 0, "eval.max_sentences": 16, "log_every": 1}
+                "validate_every": total, "average_last": 0, "eval.max_sentences": 16, "log_every": 1, **changes}
     return resolve_config(get_recipe(row).model, "paper", recipe=row, max_updates=total,
                           overrides=[f"{key}={json.dumps(value)}" for key, value in settings.items()])
 
@@ -178,6 +195,7 @@ def loop_one(args) -> dict:
     from platform.training.step import compile_count
 
     stamps: list[tuple[int, float, float, float]] = []  # (update, time, tokens, data wait share)
+    losses: list[tuple[float, float]] = []  # every update's (loss, gradient norm): a rerun's must repeat
     profiler = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) if args.profile else None
     timed_end = args.warmup + args.updates
     compiles: dict[str, int] = {}
@@ -185,6 +203,7 @@ def loop_one(args) -> dict:
     class Timing(Hooks):
         def progress(self, metrics, step) -> None:
             stamps.append((step, time.perf_counter(), metrics["tokens_per_update"], metrics["data_wait_share"]))
+            losses.append((metrics["train_loss"], metrics["grad_norm"]))
             if step == args.warmup:
                 compiles["after_warmup"] = compile_count()
             if step == timed_end:
@@ -207,6 +226,8 @@ def loop_one(args) -> dict:
               "data_wait_share": statistics.fmean(s[3] for s in timed), "warmup_s": stamps[args.warmup - 1][1] - began,
               "compiles_after_warmup": compiles.get("after_warmup", 0), "compiles": compiles.get("after_timed", 0),
               "precision": chosen_precision(config.precision, torch.device(DEVICE)),
+              "deterministic": config.deterministic,
+              "losses_digest": hashlib.sha256(repr(losses).encode()).hexdigest()[:12],
               "wall_s": time.perf_counter() - began,
               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if DEVICE == "cuda" else 0.0}
     if profiler:
@@ -230,12 +251,13 @@ def reference_one(args) -> dict:
     from platform.training.step import compile_count
 
     config = loop_config(BASELINE, args.mode, args)
+    mode = parse_setting(args.mode)[0]
     vocab = PreparedDataset.open(args.data).meta["vocab_size"]
     vocab = min(vocab.values()) if isinstance(vocab, dict) else int(vocab)
-    batch = random_batch(args.max_tokens // args.pack_width, args.pack_width, vocab, DEVICE)
+    batch = random_batch(config.batching.max_tokens // args.pack_width, args.pack_width, vocab, DEVICE)
     model = ReferenceTransformer(config.model, vocab, vocab).to(DEVICE).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=DEVICE == "cuda")
-    trained = model if args.mode == "off" else torch.compile(model, mode=None if args.mode == "default" else args.mode)
+    trained = model if mode == "off" else torch.compile(model, mode=None if mode == "default" else mode)
     tgt_in, tgt_out = teacher_forcing(batch)
     smoothing = config.optim.label_smoothing
 
@@ -282,18 +304,27 @@ def profile_summary(profiler, updates: int, stamps) -> dict:
                      "calls_per_update": e.count / updates} for e in top]}
 
 
+BATCHES = (32768, 65536)  # target positions an update tried beside --max-tokens, for the GPU batch
+
+
 def loop_plan(results: list[dict]):
-    """The next (row, mode) to run after ``results``, or None: the baseline eager and with CUDA
-    graphs, the plain compiled baseline next if the graphs failed, the syntax rows eager, the plain
-    compiled baseline, then the syntax rows in the baseline's best compiled mode."""
+    """The next (row, setting) to run after ``results``, or None: the baseline eager and with CUDA
+    graphs, the plain compiled baseline next if the graphs failed, the reference; ``dep+rel``
+    eager, then deterministic twice (its cost, and whether its losses repeat); the other syntax
+    rows eager, the plain compiled baseline, the syntax rows in the baseline's best compiled mode;
+    then the baseline there at the larger batches (``BATCHES``)."""
     done = {(r["row"], r["compile"]) for r in results}
     ok = {(r["row"], r["compile"]): r["mfu"] for r in results if "mfu" in r}
-    compiled = {mode: mfu for (row, mode), mfu in ok.items() if row == BASELINE and mode != "off"}
+    compiled = {mode: mfu for (row, mode), mfu in ok.items()
+                if row == BASELINE and mode in ("default", "reduce-overhead")}
     best = max(compiled, key=compiled.get) if compiled else None
+    deprel = "omote2019/dep+rel"
     plan = [(BASELINE, "off"), (BASELINE, "reduce-overhead"), (REFERENCE, "default")]
     plan += [(BASELINE, "default")] if (BASELINE, "reduce-overhead") not in ok else []
+    plan += [(deprel, "off"), (deprel, "off+deterministic"), (deprel, "off+deterministic#2")]
     plan += [(row, "off") for row in LOOP_ROWS[1:]] + [(BASELINE, "default")]
     plan += [(row, best) for row in LOOP_ROWS[1:] if best]
+    plan += [(BASELINE, f"{best}@{tokens}") for tokens in BATCHES if best]
     return next((step for step in plan if step not in done), None)
 
 
@@ -514,13 +545,15 @@ def scored_runs(studies: list[dict], shared: dict[str, str]) -> dict:
                 continue
             metrics = {key: value for test in run["tests"].values() for key, value in test["metrics"].items()}
             metrics.update(num_parameters=run["num_parameters"], tokens_per_s=run["history"][-1]["tokens_per_s"],
-                           study_wall_s=run["wall_s"])
+                           study_wall_s=run["wall_s"], **study.convergence({report["step"]: report["dev_bleu"]
+                                                                            for report in run["history"]
+                                                                            if "dev_bleu" in report}))
             kinds = {"test": run["row"], **{f"test_as_{study.slug(row)}": row for row, source in shared.items()
                                             if source == run["row"]}}
+            tests = run["tests"]
             for kind, row in kinds.items():
-                test = run["tests"][kind]
                 rows.setdefault(row, {})[f"{index}:{run['seed']}"] = study.Scored(
-                    metrics, lambda test=test: {"hyp": test["hyp"], "ref": test["ref"]}, kind)
+                    metrics, lambda kind, tests=tests: {"hyp": tests[kind]["hyp"], "ref": tests[kind]["ref"]}, kind)
     return rows
 
 

@@ -26,6 +26,7 @@ retrains it: 12 runs for the 9 that the table uses.  Here each run is one the ta
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -56,6 +57,10 @@ TABLES: dict[str, tuple[str, list[str]]] = {
 # identically (``decoded_as``): Omote's Transformer baseline is Deguchi's, decoded greedily as
 # Omote decode (§5.1), so each Omote row is tested against a baseline decoded the same way
 DECODED_AS = {"omote2019/baseline": "deguchi2019/baseline"}
+# tables shown a second time with every row decoded as another recipe decodes (by the table's
+# baseline → that recipe): Omote et al. decode greedily (§5.1), Deguchi et al. with beam 4 and
+# α 0.6 (§4.2), so Omote's rows are also scored that way, against the baseline decoded alike
+REDECODED = {"omote2019/baseline": "deguchi2019/baseline"}
 ROWS: list[str] = [row for _, rows in TABLES.values() for row in rows]
 STUDY_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/dep+rel"]
 # Vaswani et al. 2017 (§6.1) evaluate the Transformer on the average of its last 5 checkpoints;
@@ -69,6 +74,9 @@ AVERAGE_LAST = 5
 MAX_UPDATES = 2000
 EPOCH_UPDATES = 250
 BUDGET = {"patience": None, "eval.max_sentences": None, "average_last": AVERAGE_LAST}
+# a run has converged when its dev BLEU gained nothing over its last PATIENCE validations (the
+# tables' "converged" column; JoeyNMT's and fairseq's early stopping count validations so)
+PATIENCE = 3
 BEGIN, END = "<!-- STUDY_BEGIN: written by benchmarks/study.py -->", "<!-- STUDY_END -->"
 
 
@@ -215,6 +223,8 @@ def test_kinds(row: str, validations: int, shared: dict[str, str]) -> dict[str, 
     if window:
         kinds[f"test_avg{window}"] = None
     kinds.update({f"test_as_{slug(other)}": other for other, source in shared.items() if source == row})
+    kinds.update({f"test_as_{slug(decoder)}": decoder for baseline, decoder in REDECODED.items()
+                  if row in TABLES[baseline][1] and row != decoder})
     return kinds
 
 
@@ -264,12 +274,15 @@ def averaged_window(row: str, validations: int) -> int | None:
 @dataclass(frozen=True)
 class Scored:
     """One seed of a row in the tables: its run's metrics, the test kind that holds the row's
-    scores, and how to read that kind's test files (``{"hyp": lines, "ref": lines}``); from an
-    MLflow run here, from ``benchmarks/gpu_run.py``'s JSON there."""
+    scores, and how to read a kind's test files (``read(kind)``: ``{"hyp": lines, "ref":
+    lines}``); from an MLflow run here, from ``benchmarks/gpu_run.py``'s JSON there."""
 
     metrics: dict[str, float]
-    outputs: Callable[[], dict[str, list[str]]]
+    read: Callable[[str], dict[str, list[str]]]
     kind: str = "test"
+
+    def outputs(self) -> dict[str, list[str]]:
+        return self.read(self.kind)
 
     def metric(self, key: str) -> float | None:
         """``key`` of this row (``test_bleu`` read from the kind's ``<kind>_bleu``)."""
@@ -295,12 +308,13 @@ def latest_per_seed(runs: list, args) -> dict[str, dict[str, Any]]:
     return by_row
 
 
-def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str], outputs) -> dict[str, dict[str, Scored]]:
+def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str], outputs,
+                curve=lambda run: {}) -> dict[str, dict[str, Scored]]:
     """``{row: {seed: Scored}}`` for every table row with test scores: the trained rows' own,
     and the ``shared`` rows' from their source rows' runs; ``outputs(run, kind)`` reads a run's
-    test files."""
+    test files, ``curve(run)`` its dev BLEU by update (``convergence``)."""
     def scored(run, kind: str = "test") -> Scored:
-        return Scored(run.data.metrics, lambda: outputs(run, kind), kind)
+        return Scored({**run.data.metrics, **convergence(curve(run))}, lambda kind: outputs(run, kind), kind)
 
     rows = {row: {seed: scored(run) for seed, run in seeds.items() if "test_bleu" in run.data.metrics}
             for row, seeds in by_row.items()}
@@ -311,6 +325,25 @@ def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str], outpu
     return {row: seeds for row, seeds in rows.items() if seeds}
 
 
+def convergence(curve: dict[int, float]) -> dict[str, float]:
+    """A run's dev BLEU by update → the update of its best validation (the first of equals),
+    its last validation's, and 1.0 if it converged (``PATIENCE``) else 0.0; {} without a curve."""
+    if not curve:
+        return {}
+    best = min(curve, key=lambda step: (-curve[step], step))
+    return {"best_step": float(best), "last_step": float(max(curve)),
+            "converged": float(sum(step > best for step in curve) >= PATIENCE)}
+
+
+def convergence_cells(best: list[float], last: list[float], converged: list[float]) -> dict[str, str]:
+    """The tables' columns: each run's best update (of the last one), and how many converged."""
+    if not best:
+        return {"best at update": "–", "converged": "–"}
+    ends = sorted({int(step) for step in last})
+    return {"best at update": f"{', '.join(str(int(step)) for step in best)} (of {'/'.join(map(str, ends))})",
+            "converged": f"{int(sum(converged))} of {len(converged)}"}
+
+
 def seed_order(seed: str) -> list[int]:
     """A run's key in a table: ``SEED`` (the CPU study's), or ``I:SEED`` (the I-th GPU run's)."""
     return [int(part) for part in seed.split(":")]
@@ -318,9 +351,40 @@ def seed_order(seed: str) -> list[int]:
 
 def paper_tables(scored: dict[str, dict[str, Scored]], shared: dict[str, str], tokenizer: str,
                  heading: str = "###", seen: frozenset[str] = frozenset()) -> list[str]:
-    """A section per paper table with runs (``paper_table``), titled at ``heading``'s level."""
-    return [f"{heading} {title}\n\n{paper_table(baseline, rows, scored, shared, tokenizer, seen)}"
-            for baseline, (title, rows) in TABLES.items() if any(scored.get(row) for row in rows)]
+    """A section per paper table with runs (``paper_table``), titled at ``heading``'s level;
+    after a table of ``REDECODED``, the same rows decoded as its recipe decodes."""
+    sections = []
+    for baseline, (title, rows) in TABLES.items():
+        if any(scored.get(row) for row in rows):
+            sections.append(f"{heading} {title}\n\n{paper_table(baseline, rows, scored, shared, tokenizer, seen)}")
+        if baseline in REDECODED and any(scored.get(row) for row in rows):
+            again, labels, sources = redecoded(baseline, scored, shared)
+            if again.get(labels[0]) and len(again) > 1:  # the baseline and a row decoded alike
+                decoder = REDECODED[baseline]
+                sections.append(f"{heading} {title}, every row decoded as {decoder} decodes "
+                                f"({decoding(decoder)})\n\n"
+                                f"{paper_table(labels[0], labels, again, sources, tokenizer, seen)}")
+    return sections
+
+
+def redecoded(baseline: str, scored: dict[str, dict[str, Scored]], shared: dict[str, str]):
+    """The rows of ``baseline``'s table decoded as ``REDECODED[baseline]`` decodes: ``({label:
+    {seed: Scored}}, labels in the table's order, {label: source row}``); a row whose runs
+    are the decoder's own (the ``shared`` baseline) reads their own test scores."""
+    decoder = REDECODED[baseline]
+    kind = f"test_as_{slug(decoder)}"
+    rows, labels, sources = {}, [], {}
+    for row in TABLES[baseline][1]:
+        label = f"{row} as {decoder} decodes"
+        labels.append(label)
+        if shared.get(row) == decoder:
+            rows[label], sources[label] = dict(scored.get(decoder, {})), decoder
+            continue
+        runs = {seed: dataclasses.replace(entry, kind=kind) for seed, entry in scored.get(row, {}).items()
+                if f"{kind}_bleu" in entry.metrics}
+        if runs:
+            rows[label] = runs
+    return rows, labels, sources
 
 
 def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], shared: dict[str, str],
@@ -349,9 +413,9 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
         averaged = next((key for entry in entries if entry.kind == "test" for key in sorted(entry.metrics)
                          if key.startswith("test_avg") and key.endswith("_bleu")), None)
         uas = " / ".join(f"{statistics.fmean(metric(k)):.3f}" for k in ("test_uas_enc", "test_uas_dec") if metric(k))
-        source = f" (the {shared[row]} runs)" if row in shared else ""
+        source = f" (the {shared[row]} runs)" if row in shared else ""  # the runs' own decoding: see decoding
         unseen = mean_std([unseen_bleu(out, seen, tokenizer) for out in outputs[row].values()]) if seen else "–"
-        cells.append({"row": row + source, "seeds": len(entries), "decoding": decoding(row),
+        cells.append({"row": row + source, "seeds": len(entries), "decoding": decoding(recipe_of(row)),
                       "test BLEU": mean_std(metric("test_bleu")), UNSEEN: unseen,
                       TOKENIZED: mean_std(metric("test_bleu_tok")) if metric("test_bleu_tok") else "–",
                       "test chrF": mean_std(metric("test_chrf")),
@@ -361,12 +425,13 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
                       "train tok/s": f"{statistics.fmean(metric('tokens_per_s')):,.0f}",
                       "min per run": f"{statistics.fmean(metric('study_wall_s')) / 60:.1f}"
                       if metric("study_wall_s") else "–",
+                      **convergence_cells(metric("best_step"), metric("last_step"), metric("converged")),
                       **paired_cells(outputs, baseline, row, tokenizer)})
     for row, seed_cells in zip(cells, seed_columns(bleu)):  # the primary test: training's variance, over seeds
         row.update({key: value for key, value in seed_cells.items() if key != "BLEU"})
     keep = ("row", "seeds", "decoding", "test BLEU", "Δ BLEU (95% CI)", "p (seeds)", "p (Holm)",
-            *((UNSEEN,) if seen else ()), TOKENIZED, "test chrF", *PAIRED, "BLEU, last validations averaged",
-            "UAS enc / dec", "params", "train tok/s", "min per run")
+            *((UNSEEN,) if seen else ()), TOKENIZED, "test chrF", "best at update", "converged", *PAIRED,
+            "BLEU, last validations averaged", "UAS enc / dec", "params", "train tok/s", "min per run")
     shown = [{key: row[key] for key in keep} for row in cells]
     first = next(iter(outputs[baseline].values()))["ref"]
     unseen = (f" {UNSEEN}: the same, without the {sum(reference in seen for reference in first)} test pairs whose "
@@ -374,6 +439,8 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
     return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over every run of the row (sacrebleu, "
             f"detokenized; the primary metric).{unseen} {TOKENIZED}: sacrebleu on the tokenized hypotheses and "
             f"references, the kind of BLEU the papers report (not comparable across tokenizations). "
+            f"Best at update: each run's best dev BLEU validation (the checkpoint scored); converged: the runs "
+            f"whose dev BLEU gained nothing over their last {PATIENCE} validations. "
             f"Primary, each row against {baseline} {seed_methods()}. Secondary, the test set's variance only: "
             f"p (bs), p (ar) on the seeds both ran, their outputs concatenated ({methods(tokenizer)}).\n")
 
@@ -398,6 +465,12 @@ def paired_cells(outputs: dict[str, dict[str, dict[str, list[str]]]], baseline: 
     tested = significance_table([{}, {}], [lines(baseline, "hyp"), lines(row, "hyp")], lines(baseline, "ref"),
                                 tokenizer)[1]
     return {key: tested[key] for key in PAIRED}
+
+
+def recipe_of(label: str) -> str:
+    """The recipe whose decoding a table row shows: the row's own, or for ``redecoded``'s
+    "ROW as RECIPE decodes", that recipe's."""
+    return label.split(" as ")[1].removesuffix(" decodes") if " as " in label else label
 
 
 def decoding(row: str) -> str:
@@ -460,7 +533,9 @@ def tables(args) -> str:
     by_row = latest_per_seed(finished_runs(client, args.experiment), args)
     with tempfile.TemporaryDirectory() as scratch:
         scored = scored_rows(by_row, shared, lambda run, kind: test_outputs(client, run.info.run_id, Path(scratch),
-                                                                            kind))
+                                                                            kind),
+                             lambda run: {point.step: point.value
+                                          for point in client.get_metric_history(run.info.run_id, "dev_bleu")})
         if not scored:
             return "No study run is in the MLflow store yet.\n"
         first = next(seeds[min(seeds, key=int)] for seeds in by_row.values())

@@ -59,10 +59,17 @@ def segment_st_gumbel(scores: Tensor, segment: Tensor, num_segments: int, tau: f
 
 
 def segment_cumsum(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:
-    """Inclusive cumulative sum within contiguous, ascending segments of a packed vector."""
-    totals = values.new_zeros(num_segments).index_add(0, segment, values)
-    before = totals.cumsum(0) - totals  # sum of all earlier segments
-    return values.cumsum(0) - before[segment]
+    """Inclusive cumulative sum within contiguous, ascending segments of a packed vector [Q].
+
+    The segments laid out as rows [num_segments, W] times an upper-triangular matrix of ones:
+    ``torch.cumsum`` of floats has no deterministic CUDA kernel (PyTorch raises for it under
+    ``TrainConfig.deterministic``), a matrix product adds in a fixed order."""
+    counts = torch.bincount(segment, minlength=num_segments)  # [B] pairs per sentence
+    within = torch.arange(len(values), device=values.device) - (counts.cumsum(0) - counts)[segment]  # [Q]
+    width = int(counts.max())
+    rows = values.new_zeros(num_segments, width).index_put((segment, within), values)  # [B, W]
+    upper = torch.ones(width, width, dtype=values.dtype, device=values.device).triu()  # [W, W]: j ≤ i
+    return (rows @ upper)[segment, within]  # [Q]
 
 
 class GumbelTreeEncoder(nn.Module):

@@ -102,6 +102,10 @@ class TrainConfig:
     # graphs.  Pair it with batching.bucket (e.g. 8) so batches come in a few shapes
     compile: Literal["off", "default", "reduce-overhead"] = "off"
     seed: int = 1
+    # bit-identical reruns of a seed on CUDA (context.set_deterministic): every kernel in its
+    # deterministic form (PyTorch's use_deterministic_algorithms, cuBLAS's fixed workspace, cuDNN's
+    # deterministic RNNs), at a cost docs/performance.md measures; on the CPU training already repeats
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         if self.max_epochs is None and self.max_updates is None:

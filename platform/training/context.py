@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,20 @@ def precision_for(device: torch.device) -> Literal["fp32", "bf16", "fp16"]:
 def chosen_precision(setting: str, device: torch.device) -> Literal["fp32", "bf16", "fp16"]:
     """The config's ``precision``: ``auto`` chooses by the device, any other is forced."""
     return precision_for(device) if setting == "auto" else setting
+
+
+def set_deterministic(on: bool) -> None:
+    """``TrainConfig.deterministic``: PyTorch's deterministic kernels (the relative terms'
+    scatter-add and the gathers' gradients add in a fixed order instead of with atomics; an
+    operation with no deterministic CUDA kernel raises instead of varying), cuBLAS with the fixed
+    workspace it needs for that (set before the process's first cuBLAS call: the model is built
+    after this), cuDNN's deterministic RNN kernels and no benchmark-chosen algorithms.  Off
+    restores PyTorch's defaults, so one process may train both ways."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = False
 
 
 def seed_everything(seed: int) -> None:

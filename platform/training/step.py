@@ -20,7 +20,7 @@ from torch import nn
 
 from models import build_model
 from platform.training.config import OptimConfig, TrainConfig
-from platform.training.context import Context, seed_everything
+from platform.training.context import Context, seed_everything, set_deterministic
 from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing, token_losses
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ def build_optimizer(model: nn.Module, optim: OptimConfig):
 
 def build_training(config: TrainConfig, src_vocab: int, tgt_vocab: int, ctx: Context):
     """Model, optimizer and scheduler for ``config`` on ``ctx.device``, seeded."""
+    set_deterministic(config.deterministic)
     seed_everything(config.seed)
     model = build_model(config.model, src_vocab, tgt_vocab).to(ctx.device)
     return (model, *build_optimizer(model, config.optim))

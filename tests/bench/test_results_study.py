@@ -132,7 +132,8 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
         log_study_run(client, experiment, "deguchi2019/baseline", seed,
                       {"test": worse, "test_as_omote2019-baseline": ref}, ref, tmp_path, study, args)
         log_study_run(client, experiment, "deguchi2019/enc+dec", seed, {"test": better}, ref, tmp_path, study, args)
-        log_study_run(client, experiment, "omote2019/dep+rel", seed, {"test": better}, ref, tmp_path, study, args)
+        log_study_run(client, experiment, "omote2019/dep+rel", seed,
+                      {"test": better, "test_as_deguchi2019-baseline": ref}, ref, tmp_path, study, args)
     other = study.build_parser().parse_args(["--max-updates", "800"])  # another budget: neither reused nor shown
     log_study_run(client, experiment, "omote2019/dep+rel", 1, {"test": ref}, ref, tmp_path, study, other)
 
@@ -151,12 +152,25 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     assert [baseline[key] for key in ("Δ BLEU (95% CI)", "p (seeds)", "p (Holm)")] == ["–", "–", "–"]
     assert dbsa["Δ BLEU (95% CI)"].startswith("+") and dbsa["p (seeds)"] == dbsa["p (Holm)"] == "0.0000"
     assert "test BLEU, unseen" not in dbsa  # no corpus to tell the seen pairs: no such column
+    # dev BLEU still rose at the last validation of every run: none converged, each best at 500
+    assert dbsa["best at update"] == "500, 500 (of 500)" and dbsa["converged"] == "0 of 2"
+    assert study.convergence({250: 1.0, 500: 3.0, 750: 2.0, 1000: 3.0, 1250: 2.5}) == {
+        "best_step": 500.0, "last_step": 1250.0, "converged": 1.0}  # 3 validations without a better one
+    assert study.convergence({250: 1.0, 500: 3.0, 750: 2.0, 1000: 2.9})["converged"] == 0.0
     greedy, deprel = omote["omote2019/baseline (the deguchi2019/baseline runs)"], omote["omote2019/dep+rel"]
     assert greedy["decoding"] == deprel["decoding"] == "greedy" and greedy["test BLEU"].startswith("100.00")
     assert float(deprel["BLEU p (bs)"]) < 0.01
     assert float(deprel["test BLEU"].split(" ")[0]) < float(greedy["test BLEU"].split(" ")[0])  # worse
     assert deprel["Δ BLEU (95% CI)"].startswith("-")
     assert deprel["test BLEU"].endswith("± 0.00")  # its two seeds, not the perfect run of another budget
+    # Omote's table again, every row decoded with beam 4, α 0.6 as Deguchi decode: there dep+rel is perfect
+    # and the baseline (Deguchi's own runs, as they decode) far behind
+    beam = rows(text, "Omote et al. 2019, Table 2 (dependency-based relative positions), every row decoded as")
+    beam_baseline = beam["omote2019/baseline as deguchi2019/baseline decodes (the deguchi2019/baseline runs)"]
+    beam_deprel = beam["omote2019/dep+rel as deguchi2019/baseline decodes"]
+    assert beam_baseline["decoding"] == beam_deprel["decoding"] == "beam 4, α 0.6"
+    assert beam_baseline["test BLEU"] == baseline["test BLEU"] and beam_deprel["test BLEU"].startswith("100.00")
+    assert beam_deprel["Δ BLEU (95% CI)"].startswith("+") and float(beam_deprel["BLEU p (bs)"]) < 0.01
     assert "| 2.50 | 3.50 |" in text  # dev BLEU at updates 250 and 500, mean over seeds 1 and 2
     assert (tmp_path / "img" / "curves.png").stat().st_size > 1000
     assert "6 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
@@ -176,7 +190,9 @@ def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs_where_both
     assert study.decoded_as(study.build_parser().parse_args(["--size", "paper"])) == {}  # 224 vs 256 sentences
     kinds = study.test_kinds("deguchi2019/baseline", 8, shared)
     assert kinds == {"test": None, "test_avg5": None, "test_as_omote2019-baseline": "omote2019/baseline"}
-    assert study.test_kinds("omote2019/dep+rel", 1, shared) == {"test": None}  # one validation: nothing to average
+    # one validation: nothing to average; Omote's rows are also decoded as Deguchi decode (beam 4, α 0.6)
+    assert study.test_kinds("omote2019/dep+rel", 1, shared) == {"test": None,
+                                                                 "test_as_deguchi2019-baseline": "deguchi2019/baseline"}
     assert study.decoding("omote2019/baseline") == "greedy" and study.decoding("deguchi2019/baseline") != "greedy"
     with pytest.raises(SystemExit, match="scored from its source"):
         study.main(["--rows", "omote2019/baseline"])

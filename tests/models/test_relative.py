@@ -94,9 +94,18 @@ def test_dep_plus_rel_attention_layer_equals_the_naive_equations():
     valid = torch.arange(S)[None] < lengths[:, None]
     allowed = valid[:, None, :].expand(B, S, S)
     labels = RelativeLabels(position=position_labels(S, S, 2), depth=depth_labels(torch.randint(0, 4, (B, S)), 1))
+    x.requires_grad_(True)
     fast, _ = layer(x, layer.project_memory(x), allowed, labels)
     slow = naive_relative_attention(layer, x, allowed, [(rel, labels.position), (dep, labels.depth)])
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    # the gradients too: the terms are matrix products now (no gather/scatter-add), so every
+    # parameter's and the input's gradient must still be the equations' own
+    weight = torch.randn_like(fast)
+    parameters = [x, rel.keys.weight, rel.values.weight, dep.keys.weight, dep.values.weight, layer.query.weight]
+    fast_grads = torch.autograd.grad((fast * weight).sum(), parameters)
+    slow_grads = torch.autograd.grad((slow * weight).sum(), parameters)
+    for got, expected in zip(fast_grads, slow_grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_key_only_relative_attention_uses_the_fused_path_and_matches():

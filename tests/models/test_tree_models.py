@@ -99,6 +99,18 @@ def test_straight_through_gumbel_is_one_hot_forward_and_soft_backward():
     assert segment_cumsum(values, segment, 4).tolist() == [1, 1, 1, 0, 1, 0, 1, 1, 1]
 
 
+def test_segment_cumsum_and_its_gradient_equal_torch_cumsum_per_segment():
+    """The triangular matrix product (deterministic on CUDA) against ``torch.cumsum``."""
+    values = torch.randn(9, requires_grad=True)
+    segment = torch.tensor([0, 0, 0, 1, 1, 3, 3, 3, 3])
+    expected = torch.cat([values[members].cumsum(0) for members in ([0, 1, 2], [3, 4], [5, 6, 7, 8])])
+    got = segment_cumsum(values, segment, 4)
+    torch.testing.assert_close(got, expected)
+    weight = torch.randn(9)
+    torch.testing.assert_close(torch.autograd.grad((got * weight).sum(), values)[0],
+                               torch.autograd.grad((expected * weight).sum(), values)[0])
+
+
 def soft_entropy(tau):
     torch.manual_seed(0)
     logits = torch.randn(2000, 8)
