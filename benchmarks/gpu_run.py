@@ -148,7 +148,8 @@ def loop_config(row: str, setting: str, args):
     mode, changes = parse_setting(setting)
     total = args.warmup + args.updates + args.profile
     settings = {"batching.max_sentences": None, "batching.max_tokens": args.max_tokens,
-                "batching.pack_width": args.pack_width, "batching.bucket": args.bucket, "compile": mode,
+                "batching.pack_width": args.pack_width, "batching.bucket": args.bucket, "batching.fixed_shape": True,
+                "compile": mode,
                 "validate_every": total, "average_last": 0, "eval.max_sentences": 16, "log_every": 1, **changes}
     return resolve_config(get_recipe(row).model, "paper", recipe=row, max_updates=total,
                           overrides=[f"{key}={json.dumps(value)}" for key, value in settings.items()])
@@ -631,13 +632,14 @@ def main() -> int:
                         help="the checkout's commit, for the results file (default: what `carry` read)")
     loop_options = argparse.ArgumentParser(add_help=False)
     loop_options.add_argument("--warmup", type=int, default=45,
-                              help="updates before the timed ones (past the first epoch's end: its last batch "
-                                   "is a shape of its own)")
+                              help="updates before the timed ones (compiling and recording; past the first "
+                                   "epoch's end, whose last batch fixed_shape pads)")
     loop_options.add_argument("--updates", type=int, default=60, help="timed updates")
     loop_options.add_argument("--profile", type=int, default=3, help="updates under torch.profiler after them")
     loop_options.add_argument("--max-tokens", type=int, default=16384, help="positions per update (packed)")
     loop_options.add_argument("--pack-width", type=int, default=48,
-                              help="packed row width (48: one shape per epoch but its last batch, on Tanaka)")
+                              help="packed row width (48 on Tanaka: one shape, the epochs' last batches padded "
+                                   "up to it by batching.fixed_shape)")
     loop_options.add_argument("--bucket", type=int, default=8)
     loop_options.add_argument("--plan", help="ROW:MODE,... to run in this order (default: loop_plan's)")
     study_options = argparse.ArgumentParser(add_help=False)

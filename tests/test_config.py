@@ -155,6 +155,9 @@ def test_packing_a_model_that_cannot_is_one_clear_error():
     with pytest.raises(ConfigError, match="batching.pack: model 'hier_tree_gru' cannot train on packed rows"):
         resolve_config("hier_tree_gru", "cpu", overrides=["batching.pack=true"])
     assert resolve_config("transformer", "cpu", overrides=["batching.pack=false"]).batching.pack is False
+    with pytest.raises((ConfigError, ValueError), match="fixed_shape pads packed batches"):
+        resolve_config("hier_tree_gru", "cpu", overrides=["batching.fixed_shape=true"])
+    assert resolve_config("transformer", "cpu", overrides=["batching.fixed_shape=true"]).batching.fixed_shape
 
 
 def test_max_updates_alone_is_the_only_limit_and_intervals_are_checked():

@@ -65,6 +65,10 @@ class BatchingConfig:
     # pad each batch's rows (packed) and lengths up to a multiple of this, so a compiled step
     # (``TrainConfig.compile``) sees a few shapes rather than one per batch; 1: no padding
     bucket: int = 1
+    # packed batches padded up to the largest shape this process has trained on (the first batch
+    # sets it), so a compiled step with CUDA graphs records one graph for the run, the epochs'
+    # smaller last batches included; a batch needing more rows or a wider row raises it once
+    fixed_shape: bool = False
     shuffle: bool = True
     seed: int = 1
     prefetch: int = 2  # updates collated ahead by a thread (0: on the training thread); no change to the order
@@ -83,6 +87,8 @@ class BatchingConfig:
             raise ValueError(f"pack_width must be positive, got {self.pack_width}")
         if self.bucket < 1:
             raise ValueError(f"bucket must be positive, got {self.bucket}")
+        if self.fixed_shape and (self.pack is False or self.max_tokens is None):
+            raise ValueError("fixed_shape pads packed batches to a full one's shape: it needs pack and max_tokens")
         if self.global_tokens is not None:
             if self.global_tokens < 1:
                 raise ValueError(f"global_tokens must be positive, got {self.global_tokens}")
@@ -114,6 +120,7 @@ class ShardedBatches:
         self.rank, self.world_size = rank, world_size
         self.max_tokens, self.update_freq = config.per_rank(world_size)
         self.epoch, self.next_batch = 0, 0
+        self.least = (0, 0)  # fixed_shape: the largest (rows, width) collated so far, every batch's least
         self._planned: tuple[int, list[np.ndarray]] | None = None  # the last epoch planned, and its plan
 
     # --- the plan, identical on every rank
@@ -165,9 +172,17 @@ class ShardedBatches:
         while self.next_batch < len(batches):
             indices = batches[self.next_batch]
             self.next_batch += 1
-            yield (collate_packed(self.examples, indices, self.config.pack_width, self.config.bucket)
-                   if self.config.pack else self.examples.collate(indices, self.config.bucket))
+            yield self._collate(indices)
         self.epoch, self.next_batch = self.epoch + 1, 0
+
+    def _collate(self, indices: np.ndarray) -> Batch:
+        if not self.config.pack:
+            return self.examples.collate(indices, self.config.bucket)
+        batch = collate_packed(self.examples, indices, self.config.pack_width, self.config.bucket, self.least)
+        if self.config.fixed_shape:
+            rows, width = batch.src_ids.shape
+            self.least = (max(self.least[0], rows), max(self.least[1], width, batch.tgt_ids.shape[1]))
+        return batch
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from platform.data.examples import Examples
 
 
-def collate_packed(examples: Examples, indices: Sequence[int], width: int, bucket: int = 1) -> Batch:
+def collate_packed(examples: Examples, indices: Sequence[int], width: int, bucket: int = 1,
+                   least: tuple[int, int] = (0, 0)) -> Batch:
     """The sentences of ``indices`` packed into rows of at most ``width`` source and target
     positions (wider where one sentence is), first fit in decreasing length: a row holds
     sentences back to back, each with its target in the same row (``PackedRows``).  The
@@ -27,7 +28,10 @@ def collate_packed(examples: Examples, indices: Sequence[int], width: int, bucke
     ``bucket``: the rows and each side's width are padded up to a multiple of it.  An added row
     holds no sentence, only a padding token at position 0 marked as a sentence of its own on both
     sides, so its queries have a key to attend (a row with none would give NaN) and it adds
-    nothing to the loss (its targets are padding)."""
+    nothing to the loss (its targets are padding).
+
+    ``least``: at least this many rows and positions a side (``BatchingConfig.fixed_shape``:
+    a batch with fewer sentences, such as an epoch's last, takes the full batch's shape)."""
     indices = np.asarray(indices, dtype=np.int64)
     src_len, tgt_len = examples.lengths_of(indices)
     tgt_len = tgt_len + 1  # + EOS / BOS
@@ -36,8 +40,8 @@ def collate_packed(examples: Examples, indices: Sequence[int], width: int, bucke
     indices, src_len, tgt_len = indices[order], src_len[order], tgt_len[order]
     row = np.repeat(np.arange(len(rows)), [len(members) for members in rows])  # [N] each sentence's row
     first = np.searchsorted(row, row)  # [N] the row's first sentence
-    shape_rows = round_up(len(rows), bucket)
-    layout = {side: _Spans(lengths, row, first, rows=shape_rows, bucket=bucket)
+    shape_rows = max(round_up(len(rows), bucket), least[0])
+    layout = {side: _Spans(lengths, row, first, rows=shape_rows, bucket=bucket, least_width=least[1])
               for side, lengths in (("src", src_len), ("tgt", tgt_len))}
     words = {"src": layout["src"], "tgt": _Spans(tgt_len - 1, row, first, layout["tgt"].start)}  # targets without EOS
     columns = {name: _packed_column(examples, name, indices, words[name[:3]], layout[name[:3]].shape)
@@ -67,14 +71,14 @@ class _Spans:
     ``row[i]``) takes ``lengths[i]`` positions from ``start[i]``; ``rows_cols`` index them all."""
 
     def __init__(self, lengths: np.ndarray, row: np.ndarray, first: np.ndarray, start: np.ndarray | None = None,
-                 rows: int | None = None, bucket: int = 1):
+                 rows: int | None = None, bucket: int = 1, least_width: int = 0):
         self.lengths = lengths
         ends = np.cumsum(lengths)
         if start is None:  # back to back within each row
             start = ends - lengths - (ends - lengths)[first]
         self.start = start
         self.real_rows = int(row[-1]) + 1
-        self.shape = (rows or self.real_rows, round_up(int((start + lengths).max()), bucket))  # [R, width]
+        self.shape = (rows or self.real_rows, max(round_up(int((start + lengths).max()), bucket), least_width))  # [R, W]
         self.within = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)  # position in the sentence
         self.rows_cols = (np.repeat(row, lengths), np.repeat(start, lengths) + self.within)
         self.number = np.repeat(np.arange(len(row)) - first, lengths)  # each position's sentence in its row

@@ -79,6 +79,23 @@ def test_bucketed_packed_batches_come_in_a_few_shapes_over_an_epoch_of_real_data
     assert seen[8][1] > 0.75, seen
 
 
+def test_fixed_shape_trains_two_epochs_of_real_data_in_one_shape(tanaka_dataset):
+    """At the GPU run's batch (16,384 positions in rows of 48, bucket 8) every full batch of Tanaka
+    takes one shape but each epoch's last; ``fixed_shape`` pads that one up to it, so a run
+    records one CUDA graph; the padding adds nothing to a batch's loss (the bucket test above)."""
+    dataset = Dataset.open(tanaka_dataset)
+    seen = {}
+    for fixed in (False, True):
+        config = tiny_config("transformer", batching={"max_tokens": 16384, "pack_width": 48, "bucket": 8,
+                                                      "fixed_shape": fixed})
+        sampler, shapes = ShardedBatches(dataset.train, config.batching), set()
+        for _ in range(2):
+            shapes.update((tuple(batch.src_ids.shape), tuple(batch.tgt_ids.shape)) for batch in sampler)
+        seen[fixed] = shapes
+    assert len(seen[False]) == 2 and len(seen[True]) == 1, seen
+    assert seen[True] < seen[False]  # the full batches' shape, not a larger one
+
+
 def test_compiled_training_follows_the_eager_loss_curve_with_few_compilations(demo_dataset):
     """``compile: default`` (inductor, here on the CPU) trains the same function: the losses of
     8 updates equal the eager ones from the same seed, and torch.compile compiled a bounded
