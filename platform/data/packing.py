@@ -78,7 +78,8 @@ class _Spans:
             start = ends - lengths - (ends - lengths)[first]
         self.start = start
         self.real_rows = int(row[-1]) + 1
-        self.shape = (rows or self.real_rows, max(round_up(int((start + lengths).max()), bucket), least_width))  # [R, W]
+        width = max(round_up(int((start + lengths).max()), bucket), least_width)
+        self.shape = (rows or self.real_rows, width)  # [R, W]
         self.within = np.arange(ends[-1]) - np.repeat(ends - lengths, lengths)  # position in the sentence
         self.rows_cols = (np.repeat(row, lengths), np.repeat(start, lengths) + self.within)
         self.number = np.repeat(np.arange(len(row)) - first, lengths)  # each position's sentence in its row
