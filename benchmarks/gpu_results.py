@@ -79,8 +79,15 @@ def pooled_studies(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                if any("failed" not in run for run in (result.get("study") or {}).get("runs", []))]
     if not studies:
         return []
-    budget = {key: studies[-1]["study"][key] for key in ("max_updates", "epoch_updates")}
-    return [result for result in studies if all(result["study"][key] == value for key, value in budget.items())]
+    budget = budget_of(studies[-1]["study"])
+    return [result for result in studies if budget_of(result["study"]) == budget]
+
+
+def budget_of(study: dict[str, Any]) -> dict[str, Any]:
+    """What makes two studies' runs comparable: updates, validation interval and early stopping
+    (files from before ``patience`` existed had none)."""
+    return {"max_updates": study["max_updates"], "epoch_updates": study["epoch_updates"],
+            "patience": study.get("patience")}
 
 
 def loop_table(results: list[dict[str, Any]]) -> str:

@@ -389,7 +389,8 @@ def write_json(path: Path, value) -> None:
 
 def study_args(args) -> SimpleNamespace:
     """What ``benchmarks/study.py``'s config functions read: its size and budget."""
-    return SimpleNamespace(size="cpu", max_updates=args.max_updates, epoch_updates=args.epoch_updates)
+    return SimpleNamespace(size="cpu", max_updates=args.max_updates, epoch_updates=args.epoch_updates,
+                           patience=getattr(args, "patience", None))
 
 
 def study_one(args) -> dict:
@@ -415,7 +416,7 @@ def study_one(args) -> dict:
     began = time.perf_counter()
     fit(config, PreparedDataset.open(args.data), Context(device=torch.device(DEVICE)), hooks, log=lambda m: None)
     trained_s = time.perf_counter() - began
-    validations = args.max_updates // args.epoch_updates
+    validations = sum("dev_bleu" in report for report in hooks.reported)  # fewer where it stopped early
     tests = {}
     for kind, decoded_as in study.test_kinds(args.row, validations, study.decoded_as(budget)).items():
         average = int(kind[len("test_avg"):]) if kind.startswith("test_avg") else None
@@ -477,7 +478,7 @@ def trained_so_far(results_dir: Path, args) -> tuple[dict[str, int], int]:
     seeds = [0]
     for result in gpu_results.read_all([results_dir]) if results_dir.exists() else []:
         run_study = result.get("study") or {}
-        if (run_study.get("max_updates"), run_study.get("epoch_updates")) != (args.max_updates, args.epoch_updates):
+        if gpu_results.budget_of(run_study) != gpu_results.budget_of(vars(study_args(args))):
             continue
         for run in run_study["runs"]:
             seeds.append(run["seed"])
@@ -501,12 +502,14 @@ def study_run(args) -> dict:
     for row, seed in runs:
         command = [*THIS, "study-one", "--row", row, "--seed", str(seed), "--data", args.data,
                    "--test", args.test, "--work", str(work), "--max-updates", str(args.max_updates),
-                   "--epoch-updates", str(args.epoch_updates)]
+                   "--epoch-updates", str(args.epoch_updates),
+                   *(["--patience", str(args.patience)] if args.patience else [])]
         log_file = open(work / f"{study.slug(row)}-s{seed}.log", "w")
         processes[(row, seed)] = (subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                                    stderr=log_file, text=True), log_file)
     results: dict = {"rows": sorted({row for row, _ in runs}), "seeds": sorted({seed for _, seed in runs}),
-                     "max_updates": args.max_updates, "epoch_updates": args.epoch_updates, "runs": []}
+                     "max_updates": args.max_updates, "epoch_updates": args.epoch_updates,
+                     "patience": args.patience, "runs": []}
     for (row, seed), (process, log_file) in processes.items():
         try:
             stdout, _ = process.communicate(timeout=max(1.0, args.deadline - time.time()))
@@ -569,7 +572,7 @@ def table(args) -> int:
         raise SystemExit(f"no results file in {', '.join(map(str, args.results))}")
     studies = gpu_results.pooled_studies(results)
     scored = scored_runs(studies, shared := study.decoded_as(study_args(SimpleNamespace(
-        **{key: studies[-1]["study"][key] for key in ("max_updates", "epoch_updates")})))) if studies else {}
+        **gpu_results.budget_of(studies[-1]["study"]))))) if studies else {}
     if scored:
         first = next(run for result in studies for run in result["study"]["runs"] if "failed" not in run)
         seen = study.training_targets(args.tanaka)
@@ -648,6 +651,9 @@ def main() -> int:
     study_options.add_argument("--work", default="/tmp/gpu-study")
     study_options.add_argument("--max-updates", type=int, default=study.MAX_UPDATES)
     study_options.add_argument("--epoch-updates", type=int, default=study.EPOCH_UPDATES)
+    study_options.add_argument("--patience", type=int, default=None,
+                               help="stop a run after this many validations without a better dev BLEU (a "
+                                    "converged budget with --max-updates as its cap; default: none)")
     study_options.add_argument("--rows", nargs="*", default=study.ROWS, help="default: every row of the papers' tables")
     study_options.add_argument("--seeds", type=int, default=SEEDS, help="runs a row gets over all GPU runs")
     study_options.add_argument("--headline-seeds", type=int, default=HEADLINE_SEEDS,

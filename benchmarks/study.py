@@ -73,7 +73,7 @@ AVERAGE_LAST = 5
 # optimiser, clipping, label smoothing and decoding from its recipe
 MAX_UPDATES = 2000
 EPOCH_UPDATES = 250
-BUDGET = {"patience": None, "eval.max_sentences": None, "average_last": AVERAGE_LAST}
+BUDGET = {"eval.max_sentences": None, "average_last": AVERAGE_LAST}
 # a run has converged when its dev BLEU gained nothing over its last PATIENCE validations (the
 # tables' "converged" column; JoeyNMT's and fairseq's early stopping count validations so)
 PATIENCE = 3
@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epoch-updates", type=int, default=EPOCH_UPDATES,
                         help="updates between validations (dev BLEU, a checkpoint): the study's epochs")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per row (1, 2, ...)")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="stop a run after this many validations without a better dev BLEU (a converged "
+                             "budget, --max-updates its cap; default: none, every run trains --max-updates)")
     parser.add_argument("--rows", nargs="*", default=STUDY_ROWS,
                         help=f"rows (recipe names) to run (default {' '.join(STUDY_ROWS)})")
     parser.add_argument("--experiment", default="tanaka-study")
@@ -189,7 +192,8 @@ def row_config(row: str, seed: int, args):
     from platform.training.config import resolve_config
     from platform.training.recipes import get_recipe
 
-    settings = {**BUDGET, "seed": seed, "max_steps_per_epoch": args.epoch_updates}
+    settings = {**BUDGET, "seed": seed, "max_steps_per_epoch": args.epoch_updates,
+                "patience": getattr(args, "patience", None)}
     return resolve_config(get_recipe(row).model, args.size, recipe=row, max_updates=args.max_updates,
                           overrides=[f"{k}={json.dumps(v)}" for k, v in settings.items()])
 
@@ -231,9 +235,11 @@ def test_kinds(row: str, validations: int, shared: dict[str, str]) -> dict[str, 
 def complete(run, args, device: str, shared: dict[str, str]) -> None:
     """Score a finished run on test in every way its row needs and it lacks (``test_kinds``), and
     add that time to its ``study_wall_s``."""
+    from mlflow.tracking import MlflowClient
+
     from platform.tracking.logger import RunLogger
 
-    validations = int(run.data.params["max_updates"]) // int(run.data.params["max_steps_per_epoch"])
+    validations = len(MlflowClient(args.tracking_uri).get_metric_history(run.info.run_id, "dev_bleu"))
     started = time.time()
     for kind, decoding in test_kinds(run.data.tags["study_row"], validations, shared).items():
         if f"{kind}_bleu" not in run.data.metrics:

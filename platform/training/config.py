@@ -98,8 +98,9 @@ class TrainConfig:
     average_last: int = 5  # weights of the last N checkpoints kept, for evaluate --average-last (0: none)
     keep_best: int = 0  # weights of the N best validations kept (the best checkpoint itself always is)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: bf16 or fp16 by the GPU, fp32 on CPU
-    # torch.compile of the training forward and loss (step.compiled); reduce-overhead: with CUDA
-    # graphs.  Pair it with batching.bucket (e.g. 8) so batches come in a few shapes
+    # torch.compile of the update (step.compiled_update: forward, every loss and backward as one
+    # graph, clipping as another); reduce-overhead: with CUDA graphs.  Pair it with
+    # batching.bucket (e.g. 8) and fixed_shape so batches come in one shape
     compile: Literal["off", "default", "reduce-overhead"] = "off"
     seed: int = 1
     # bit-identical reruns of a seed on CUDA (context.set_deterministic): every kernel in its

@@ -25,7 +25,7 @@ from platform.training.evaluate import evaluate
 from platform.training.hooks import Hooks
 from platform.training.lines import progress_line, update_line
 from platform.training.metrics import SHOWN, shown
-from platform.training.step import Diverged, build_training, compile_count, compiled, train_step
+from platform.training.step import Diverged, build_training, compile_count, train_step
 from platform.training.stopping import STOPPED_EARLY, early_stopping_reason, should_stop, update_best
 
 
@@ -60,7 +60,7 @@ def fit(config: TrainConfig, dataset: PreparedDataset, ctx: Context, hooks: Hook
         log(f"resumed from epoch {progress['epoch']} (update {progress['step']})")
     elif init is not None:
         start_from(init, model, optimizer, scheduler)
-    run = _Run(model, compiled(hooks.wrap(model), config.compile), optimizer, scheduler, sampler, config, ctx, hooks,
+    run = _Run(model, hooks.wrap(model), optimizer, scheduler, sampler, config, ctx, hooks,
                dataset, progress, log)
     if state is None and init is not None:
         run.validate_start(init["source"])

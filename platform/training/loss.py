@@ -88,11 +88,9 @@ def token_losses(logits: Tensor, targets: Tensor, label_smoothing: float) -> tup
     return token_loss, token_nll
 
 
-def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float, model_config,
-              token_fn=token_losses) -> LossSums:
-    """The loss terms' sums and counts of one batch; ``token_fn``: ``token_losses`` or its
-    compiled form (``step.compiled_token_losses``)."""
-    token_loss, token_nll = token_fn(output.logits, tgt_out, label_smoothing)
+def loss_sums(output: ModelOutput, batch: Batch, tgt_out: Tensor, label_smoothing: float, model_config) -> LossSums:
+    """The loss terms' sums and counts of one batch."""
+    token_loss, token_nll = token_losses(output.logits, tgt_out, label_smoothing)
     targets = tgt_out.reshape(-1)
     zero = token_loss.new_zeros(())
     enc_targets, dec_targets = parse_targets(batch, model_config)

@@ -21,7 +21,7 @@ from torch import nn
 from models import build_model
 from platform.training.config import OptimConfig, TrainConfig
 from platform.training.context import Context, seed_everything, set_deterministic
-from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing, token_losses
+from platform.training.loss import combine, forward, loss_counts, loss_sums, teacher_forcing
 
 if TYPE_CHECKING:
     from platform.data.tensors import Batch
@@ -72,20 +72,24 @@ def build_training(config: TrainConfig, src_vocab: int, tgt_vocab: int, ctx: Con
     return (model, *build_optimizer(model, config.optim))
 
 
-def compiled(model: nn.Module, setting: str) -> nn.Module:
-    """The model as ``TrainConfig.compile`` trains it: itself (``off``), or ``torch.compile`` in
-    that mode (``reduce-overhead`` also replays CUDA graphs, one per batch shape).  Compiled,
-    a new batch shape costs a compilation until torch.compile makes the changing dimensions
-    dynamic (its automatic dynamic shapes), so ``batching.bucket`` keeps the shapes few."""
-    if setting == "off":
-        return model
-    return torch.compile(model, mode=setting)
-
-
 @functools.cache
-def compiled_token_losses():
-    """``loss.token_losses`` compiled: the float32 cast, log-softmax and both sums fused."""
-    return torch.compile(token_losses)
+def compiled_update(setting: str, distributed: bool = False) -> tuple[Callable, Callable]:
+    """The update's compiled regions for ``TrainConfig.compile`` (``default`` or
+    ``reduce-overhead``): a batch's loss (the forward pass, the token loss, the parse losses,
+    their combination; its backward compiled with it by AOTAutograd, replayed as CUDA graphs
+    under ``reduce-overhead``) and the gradient clipping.  Each is one graph: ``fullgraph``
+    makes a graph break an error rather than a silent split.  The optimizer step is not traced:
+    PyTorch's ``Optimizer.step`` breaks the graph on purpose (its ``_use_grad``), and on CUDA it
+    is the fused Adam kernel already (``build_optimizer``).  Compiled once per shape until
+    torch.compile makes a changing dimension dynamic; ``batching.fixed_shape`` keeps one."""
+    mode = None if setting == "default" else setting
+    return (torch.compile(_batch_loss, fullgraph=not distributed, mode=mode),
+            torch.compile(_clip, fullgraph=True))  # no CUDA graphs: they would copy every gradient in
+
+
+def _clip(parameters: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """Clips the gradients of ``parameters`` to a global 2-norm of ``max_norm``; returns the norm."""
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
 
 def compile_count() -> int:
@@ -115,6 +119,8 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     ``loss.combine``), so the gradient does not depend on how the update is split into ranks and
     batches.  DDP synchronises only on the last batch's backward."""
     model.train()
+    batch_loss, clip = (compiled_update(config.compile, hasattr(model, "no_sync")) if config.compile != "off"
+                        else (_batch_loss, _clip))
     batches = [batch.to(ctx.device, non_blocking=True)  # overlaps the copy where the batch is pinned (CUDA)
                for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
     global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches))
@@ -122,7 +128,7 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     total = nonfinite = torch.zeros((), device=ctx.device)
     for index, batch in enumerate(batches):
         with _sync_gradients(model, index == len(batches) - 1):
-            loss, bad = _batch_loss(model, batch, global_counts, config, ctx)
+            loss, bad = batch_loss(model, batch, global_counts, config, ctx)
             (ctx.scaler.scale(loss) if ctx.scaler is not None else loss).backward()
         total, nonfinite = total + loss.detach().float(), torch.maximum(nonfinite, bad)
     # every rank learns how many saw a non-finite loss, so all stop at the same update (a rank
@@ -130,7 +136,7 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     bad_ranks = ctx.all_reduce(nonfinite.reshape(1))
     if ctx.scaler is not None:  # fp16: clip the true gradients; an update whose gradients overflowed is skipped
         ctx.scaler.unscale_(optimizer)
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.optim.clip_norm or float("inf"))
+    norm = clip([p for p in model.parameters() if p.grad is not None], config.optim.clip_norm or float("inf"))
     # the update's one wait for the device: what it reports and whether it diverged, read together
     # before the optimizer step is queued (which then overlaps the next update's batch on the host)
     bad_count, total, tokens, norm = torch.stack([bad_ranks[0], total, global_counts[0], norm.float()]).tolist()
@@ -153,8 +159,7 @@ def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, con
     tgt_in, tgt_out = teacher_forcing(batch)
     with torch.autocast(ctx.device.type, dtype=ctx.amp_dtype or torch.bfloat16, enabled=ctx.autocast):
         output = forward(model, batch, tgt_in)
-    token_fn = token_losses if config.compile == "off" else compiled_token_losses()
-    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model, token_fn)
+    sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
     return (combine(sums, global_counts, config.model, ctx.world_size),
             sums.nonfinite(config.model.parse_supervision()))
 

@@ -142,8 +142,11 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     other_budget = {**earlier, "max_updates": 500, "runs": [{"row": "deguchi2019/enc", "seed": 9}]}
     gpu_results.write(tmp_path, {"date": "20260101-0000", "device": "H100"}, None, earlier)
     gpu_results.write(tmp_path, {"date": "20260102-0000", "device": "H100"}, None, other_budget)
+    converged = {**earlier, "patience": 3, "runs": [{"row": "omote2019/rel", "seed": 7}]}  # early stopping
+    gpu_results.write(tmp_path, {"date": "20260103-0000", "device": "H100"}, None, converged)
     trained, first = gpu_run.trained_so_far(tmp_path, budget)
-    assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # the other budget's runs do not count
+    assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # the other budgets' runs do not count
+    assert gpu_run.trained_so_far(tmp_path, SimpleNamespace(**vars(budget), patience=3)) == ({"omote2019/rel": 1}, 8)
     shared = study.decoded_as(gpu_run.study_args(budget))
     rows = [row for row in study.ROWS if row not in shared]
     targets = gpu_run.seed_targets(rows, 3, 5)

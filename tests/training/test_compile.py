@@ -11,7 +11,7 @@ from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.training.context import Context
 from platform.training.loss import forward, loss_sums, teacher_forcing
-from platform.training.step import build_training, compile_count, compiled, train_step
+from platform.training.step import build_training, compile_count, train_step
 
 SUMS = ("token_loss", "token_nll", "num_tokens", "enc_loss", "enc_count", "dec_loss", "dec_count")
 
@@ -96,25 +96,32 @@ def test_fixed_shape_trains_two_epochs_of_real_data_in_one_shape(tanaka_dataset)
     assert seen[True] < seen[False]  # the full batches' shape, not a larger one
 
 
-def test_compiled_training_follows_the_eager_loss_curve_with_few_compilations(demo_dataset):
-    """``compile: default`` (inductor, here on the CPU) trains the same function: the losses of
-    8 updates equal the eager ones from the same seed, and torch.compile compiled a bounded
-    number of graphs (the model and the loss, once more each when a new shape turns them
-    dynamic) however many shapes came."""
-    dataset = Dataset.open(demo_dataset)
-    curves, shapes = {}, set()
+def test_compiled_updates_follow_the_eager_loss_curve_over_an_epoch_of_real_data_in_two_graphs(tanaka_dataset):
+    """``compile: default`` (inductor, here on the CPU) compiles the update as ``step.compiled_update``
+    says: a model with both parse heads and both relative terms (every loss, the gathers and the
+    scatter-adds) trains a whole epoch of Tanaka in exactly two graphs, the loss with its
+    backward and the clipping, with no graph break and no recompilation (``fixed_shape``), and
+    its first updates' losses equal the eager ones from the same seed."""
+    from torch._dynamo.utils import counters
+
+    dataset = Dataset.open(tanaka_dataset)
+    vocab = dataset.meta["vocab_size"]
+    curves = {}
     for mode in ("off", "default"):
-        # one layer each side (the dependency heads on it): inductor's C++ compile time grows with the graph
+        # one layer each side: inductor's C++ compile time grows with the graph
         config = tiny_config("dbsa", model={"dropout": 0.0, "num_encoder_layers": 1, "num_decoder_layers": 1,
-                                            "p_dec": 1}, batching={"max_tokens": 600, "bucket": 8}, compile=mode)
-        model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
-        trained = compiled(model, config.compile)
-        before = compile_count()
+                                            "p_dec": 1, "use_rel": True, "use_dep": True},
+                             batching={"max_tokens": 16384, "pack_width": 48, "bucket": 8, "fixed_shape": True},
+                             compile=mode)
+        model, optimizer, scheduler = build_training(config, vocab["src"], vocab["tgt"], Context())
+        before, breaks = compile_count(), sum(counters["graph_break"].values())
         sampler, losses = ShardedBatches(dataset.train, config.batching), []
-        for _, batches in zip(range(8), sampler.updates()):
-            shapes.update(tuple(b.src_ids.shape) for b in batches)
-            losses.append(train_step(trained, optimizer, scheduler, batches, config, Context()).loss)
-        curves[mode] = (losses, compile_count() - before)
-    assert len(shapes) >= 2, "one shape only: recompilation not exercised"
-    assert 2 <= curves["default"][1] <= 4, curves
-    torch.testing.assert_close(torch.tensor(curves["default"][0]), torch.tensor(curves["off"][0]), rtol=1e-4, atol=1e-4)
+        for batches in sampler.updates():
+            losses.append(train_step(model, optimizer, scheduler, batches, config, Context()).loss)
+            if mode == "off" and len(losses) == 8:
+                break
+        curves[mode] = (losses, compile_count() - before, sum(counters["graph_break"].values()) - breaks)
+    losses, graphs, breaks = curves["default"]
+    assert len(losses) == len(ShardedBatches(dataset.train, config.batching)) > 30  # the whole epoch
+    assert (graphs, breaks) == (2, 0), curves["default"][1:]
+    torch.testing.assert_close(torch.tensor(losses[:8]), torch.tensor(curves["off"][0]), rtol=1e-4, atol=1e-4)

@@ -1,7 +1,8 @@
 """Deterministic training (``TrainConfig.deterministic``).  Its CUDA failures are invisible on
 the CPU: PyTorch raises for an operation with no deterministic kernel only in that operation's
 CUDA kernel.  So every model's update is run here under a recorder of the operations it
-dispatches (forward, losses, backward, clipping, the optimizer step), and none may be one
+dispatches (forward, losses, backward, clipping, the optimizer step; then a validation with
+beam search), and none may be one
 that ``torch.use_deterministic_algorithms``'s documentation says raises on CUDA."""
 
 import pytest
@@ -12,7 +13,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from models import MODELS
 from platform.data.batching import ShardedBatches
 from platform.data.dataset import PreparedDataset as Dataset
+from platform.data.subwords import SubwordModel
 from platform.training.context import Context
+from platform.training.evaluate import evaluate
 from platform.training.step import build_training, train_step
 
 # aten operations whose CUDA kernels raise in deterministic mode (the "will throw a
@@ -56,14 +59,19 @@ def test_the_recorder_sees_a_refused_operation():
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_no_model_update_uses_an_operation_deterministic_cuda_refuses(demo_dataset, name):
-    config = tiny_config(name, deterministic=True)
+def test_no_model_update_or_validation_uses_an_operation_deterministic_cuda_refuses(demo_dataset, name):
+    """An update, then a validation (teacher-forced losses, UAS, beam search), as a run does
+    them with the mode on."""
+    config = tiny_config(name, deterministic=True, eval={"max_sentences": 4})
+    dataset = Dataset.open(demo_dataset)
     try:
         model, optimizer, scheduler = build_training(config, 1000, 1000, Context())
         assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
-        batch = next(iter(ShardedBatches(Dataset.open(demo_dataset).train, config.batching)))
+        batch = next(iter(ShardedBatches(dataset.train, config.batching)))
         with RefusedOnCuda() as recorder:
             train_step(model, optimizer, scheduler, batch, config, Context())
+            evaluate(model, dataset.dev, config, SubwordModel(dataset.subword_bytes["tgt"]), dataset.meta["tgt_lang"],
+                     Context())
     finally:
         build_training(tiny_config(name), 1000, 1000, Context())  # deterministic off again for the next tests
     assert not torch.are_deterministic_algorithms_enabled()
