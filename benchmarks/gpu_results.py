@@ -86,7 +86,7 @@ def pooled_studies(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def budget_of(study: dict[str, Any]) -> dict[str, Any]:
     """What makes two studies' runs comparable: updates, validation interval and early stopping
     (files from before ``patience`` existed had none)."""
-    return {"max_updates": study["max_updates"], "epoch_updates": study["epoch_updates"],
+    return {"max_updates": study.get("max_updates"), "epoch_updates": study.get("epoch_updates"),
             "patience": study.get("patience")}
 
 
@@ -109,15 +109,16 @@ def loop_table(results: list[dict[str, Any]]) -> str:
             profile = entry.get("profile") or {}
             kernels = f"{profile['kernels_per_update']:,.0f}" if "kernels_per_update" in profile else "–"
             busy = f"{profile['gpu_busy']:.0%}" if "gpu_busy" in profile else "–"
-            ratio = f"{entry['tokens_per_s'] / reference:.2f}×" if reference else "–"
+            # the reference trains the loop's own batch: no ratio for a run at another (@N)
+            ratio = f"{entry['tokens_per_s'] / reference:.2f}×" if reference and "@" not in entry["compile"] else "–"
             lines.append(f"| {run} | `{entry['row']}` | `{entry['compile']}` | {entry['ms_per_update']:.1f} | "
                          f"{entry['tokens_per_s']:,.0f} | {entry['mfu']:.1%} | {ratio} | {kernels} | {busy} | "
                          f"{entry.get('losses_digest', '–')} |")
     notes = ("`× reference`: target tokens/s against the same GPU run's `torch.nn.Transformer` at the baseline's "
              "size, compiled, fused AdamW (`reference`; \"–\" for a run without it). `compile`: the mode, "
              "`+deterministic` for `deterministic=true`, `@N` for N target positions an update, `#2` for a rerun. "
-             "`losses`: a digest of every update's loss and gradient norm: a rerun with the same digest repeated "
-             "its run bit for bit.\n\n")
+             "`losses`: a digest of every update's loss and gradient norm: a rerun with the same digest "
+             "repeated every update's loss and gradient norm bit for bit.\n\n")
     commands = "\n".join(f"- {setting(result, '`' + result['meta'].get('command', '?') + '`')}"
                          for result in results if result.get("loop"))
     return ("\n".join(lines) + f"\n\n{notes}The GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n"
@@ -144,7 +145,8 @@ def afternoon(results: list[dict[str, Any]]) -> str:
     papers × 3 seeds on 4 GPUs, from the measured rates (the newest GPU run's fastest baseline)."""
     rates = [(entry["tokens_per_s"], result) for result in results
              for entry in (result.get("loop") or {}).get("runs", [])
-             if entry.get("row") == "deguchi2019/baseline" and "tokens_per_s" in entry]
+             if entry.get("row") == "deguchi2019/baseline" and "tokens_per_s" in entry
+             and "@" not in entry.get("compile", "")]  # at the loop's own batch, as the reference
     if not rates:
         return "No GPU run has measured the baseline's training rate yet.\n"
     newest = max(result["name"] for _, result in rates)

@@ -478,7 +478,7 @@ def trained_so_far(results_dir: Path, args) -> tuple[dict[str, int], int]:
     seeds = [0]
     for result in gpu_results.read_all([results_dir]) if results_dir.exists() else []:
         run_study = result.get("study") or {}
-        if gpu_results.budget_of(run_study) != gpu_results.budget_of(vars(study_args(args))):
+        if not run_study or gpu_results.budget_of(run_study) != gpu_results.budget_of(vars(study_args(args))):
             continue
         for run in run_study["runs"]:
             seeds.append(run["seed"])
@@ -549,9 +549,9 @@ def scored_runs(studies: list[dict], shared: dict[str, str]) -> dict:
                 continue
             metrics = {key: value for test in run["tests"].values() for key, value in test["metrics"].items()}
             metrics.update(num_parameters=run["num_parameters"], tokens_per_s=run["history"][-1]["tokens_per_s"],
-                           study_wall_s=run["wall_s"], **study.convergence({report["step"]: report["dev_bleu"]
-                                                                            for report in run["history"]
-                                                                            if "dev_bleu" in report}))
+                           study_wall_s=run["wall_s"], **study.convergence(
+                               {report["step"]: report["dev_bleu"] for report in run["history"]
+                                if "dev_bleu" in report}, result["study"].get("patience")))
             kinds = {"test": run["row"], **{f"test_as_{study.slug(row)}": row for row, source in shared.items()
                                             if source == run["row"]}}
             tests = run["tests"]

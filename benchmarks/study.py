@@ -315,12 +315,13 @@ def latest_per_seed(runs: list, args) -> dict[str, dict[str, Any]]:
 
 
 def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str], outputs,
-                curve=lambda run: {}) -> dict[str, dict[str, Scored]]:
+                curve=lambda run: {}, patience: int | None = None) -> dict[str, dict[str, Scored]]:
     """``{row: {seed: Scored}}`` for every table row with test scores: the trained rows' own,
     and the ``shared`` rows' from their source rows' runs; ``outputs(run, kind)`` reads a run's
     test files, ``curve(run)`` its dev BLEU by update (``convergence``)."""
     def scored(run, kind: str = "test") -> Scored:
-        return Scored({**run.data.metrics, **convergence(curve(run))}, lambda kind: outputs(run, kind), kind)
+        return Scored({**run.data.metrics, **convergence(curve(run), patience)}, lambda kind: outputs(run, kind),
+                      kind)
 
     rows = {row: {seed: scored(run) for seed, run in seeds.items() if "test_bleu" in run.data.metrics}
             for row, seeds in by_row.items()}
@@ -331,14 +332,16 @@ def scored_rows(by_row: dict[str, dict[str, Any]], shared: dict[str, str], outpu
     return {row: seeds for row, seeds in rows.items() if seeds}
 
 
-def convergence(curve: dict[int, float]) -> dict[str, float]:
+def convergence(curve: dict[int, float], patience: int | None = None) -> dict[str, float]:
     """A run's dev BLEU by update → the update of its best validation (the first of equals),
-    its last validation's, and 1.0 if it converged (``PATIENCE``) else 0.0; {} without a curve."""
+    its last validation's, and 1.0 if it converged (no better dev BLEU over its last
+    ``patience`` validations: its budget's early stopping, else ``PATIENCE``) else 0.0; {}
+    without a curve."""
     if not curve:
         return {}
     best = min(curve, key=lambda step: (-curve[step], step))
     return {"best_step": float(best), "last_step": float(max(curve)),
-            "converged": float(sum(step > best for step in curve) >= PATIENCE)}
+            "converged": float(sum(step > best for step in curve) >= (patience or PATIENCE))}
 
 
 def convergence_cells(best: list[float], last: list[float], converged: list[float]) -> dict[str, str]:
@@ -446,7 +449,8 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
             f"detokenized; the primary metric).{unseen} {TOKENIZED}: sacrebleu on the tokenized hypotheses and "
             f"references, the kind of BLEU the papers report (not comparable across tokenizations). "
             f"Best at update: each run's best dev BLEU validation (the checkpoint scored); converged: the runs "
-            f"whose dev BLEU gained nothing over their last {PATIENCE} validations. "
+            f"whose dev BLEU gained nothing over their last validations, as many as the budget's patience "
+            f"(without one, {PATIENCE}). "
             f"Primary, each row against {baseline} {seed_methods()}. Secondary, the test set's variance only: "
             f"p (bs), p (ar) on the seeds both ran, their outputs concatenated ({methods(tokenizer)}).\n")
 
@@ -541,7 +545,8 @@ def tables(args) -> str:
         scored = scored_rows(by_row, shared, lambda run, kind: test_outputs(client, run.info.run_id, Path(scratch),
                                                                             kind),
                              lambda run: {point.step: point.value
-                                          for point in client.get_metric_history(run.info.run_id, "dev_bleu")})
+                                          for point in client.get_metric_history(run.info.run_id, "dev_bleu")},
+                             args.patience)
         if not scored:
             return "No study run is in the MLflow store yet.\n"
         first = next(seeds[min(seeds, key=int)] for seeds in by_row.values())

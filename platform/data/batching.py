@@ -33,7 +33,7 @@ import numpy as np
 
 from platform.data.examples import Examples
 from platform.data.packing import collate_packed
-from platform.data.tensors import Batch
+from platform.data.tensors import Batch, round_up
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,9 +65,10 @@ class BatchingConfig:
     # pad each batch's rows (packed) and lengths up to a multiple of this, so a compiled step
     # (``TrainConfig.compile``) sees a few shapes rather than one per batch; 1: no padding
     bucket: int = 1
-    # packed batches padded up to the largest shape this process has trained on (the first batch
-    # sets it), so a compiled step with CUDA graphs records one graph for the run, the epochs'
-    # smaller last batches included; a batch needing more rows or a wider row raises it once
+    # packed batches padded up to the rows of this rank's first batch of the epoch and to
+    # pack_width, so a compiled step with CUDA graphs records one graph for the run, the epochs'
+    # smaller last batches included; a batch needing more rows, or a row wider than pack_width
+    # (a longer sentence), keeps a shape of its own
     fixed_shape: bool = False
     shuffle: bool = True
     seed: int = 1
@@ -120,7 +121,7 @@ class ShardedBatches:
         self.rank, self.world_size = rank, world_size
         self.max_tokens, self.update_freq = config.per_rank(world_size)
         self.epoch, self.next_batch = 0, 0
-        self.least = (0, 0)  # fixed_shape: the largest (rows, width) collated so far, every batch's least
+        self._least: tuple[int, tuple[int, int]] | None = None  # fixed_shape: (epoch, its batches' least shape)
         self._planned: tuple[int, list[np.ndarray]] | None = None  # the last epoch planned, and its plan
 
     # --- the plan, identical on every rank
@@ -178,11 +179,17 @@ class ShardedBatches:
     def _collate(self, indices: np.ndarray) -> Batch:
         if not self.config.pack:
             return self.examples.collate(indices, self.config.bucket)
-        batch = collate_packed(self.examples, indices, self.config.pack_width, self.config.bucket, self.least)
-        if self.config.fixed_shape:
-            rows, width = batch.src_ids.shape
-            self.least = (max(self.least[0], rows), max(self.least[1], width, batch.tgt_ids.shape[1]))
-        return batch
+        least = self.least(self.epoch) if self.config.fixed_shape else (0, 0)
+        return collate_packed(self.examples, indices, self.config.pack_width, self.config.bucket, least)
+
+    def least(self, epoch: int) -> tuple[int, int]:
+        """``fixed_shape``'s least (rows, positions a side) in ``epoch``: the rows of this rank's
+        first batch of the epoch (a full one, as the batch order is shuffled) and ``pack_width``.
+        It depends on the plan alone, so a resumed run pads exactly as an uninterrupted one."""
+        if self._least is None or self._least[0] != epoch:
+            first = collate_packed(self.examples, self.batches(epoch)[0], self.config.pack_width, self.config.bucket)
+            self._least = (epoch, (first.src_ids.shape[0], round_up(self.config.pack_width, self.config.bucket)))
+        return self._least[1]
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:

@@ -73,17 +73,19 @@ def build_training(config: TrainConfig, src_vocab: int, tgt_vocab: int, ctx: Con
 
 
 @functools.cache
-def compiled_update(setting: str, distributed: bool = False) -> tuple[Callable, Callable]:
+def compiled_update(setting: str, fullgraph: bool = True) -> tuple[Callable, Callable]:
     """The update's compiled regions for ``TrainConfig.compile`` (``default`` or
     ``reduce-overhead``): a batch's loss (the forward pass, the token loss, the parse losses,
     their combination; its backward compiled with it by AOTAutograd, replayed as CUDA graphs
     under ``reduce-overhead``) and the gradient clipping.  Each is one graph: ``fullgraph``
-    makes a graph break an error rather than a silent split.  The optimizer step is not traced:
+    makes a graph break an error rather than a silent split (off for a DDP-wrapped model, whose
+    wrapper breaks it, and for the recurrent and tree encoders, whose loops run a number of
+    steps that depends on the batch).  The optimizer step is not traced:
     PyTorch's ``Optimizer.step`` breaks the graph on purpose (its ``_use_grad``), and on CUDA it
     is the fused Adam kernel already (``build_optimizer``).  Compiled once per shape until
     torch.compile makes a changing dimension dynamic; ``batching.fixed_shape`` keeps one."""
     mode = None if setting == "default" else setting
-    return (torch.compile(_batch_loss, fullgraph=not distributed, mode=mode),
+    return (torch.compile(_batch_loss, fullgraph=fullgraph, mode=mode),
             torch.compile(_clip, fullgraph=True))  # no CUDA graphs: they would copy every gradient in
 
 
@@ -119,8 +121,8 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     ``loss.combine``), so the gradient does not depend on how the update is split into ranks and
     batches.  DDP synchronises only on the last batch's backward."""
     model.train()
-    batch_loss, clip = (compiled_update(config.compile, hasattr(model, "no_sync")) if config.compile != "off"
-                        else (_batch_loss, _clip))
+    fullgraph = config.model.packable and not hasattr(model, "no_sync")  # the Transformer family, not DDP
+    batch_loss, clip = compiled_update(config.compile, fullgraph) if config.compile != "off" else (_batch_loss, _clip)
     batches = [batch.to(ctx.device, non_blocking=True)  # overlaps the copy where the batch is pinned (CUDA)
                for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
     global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches))

@@ -140,6 +140,7 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     gpu_results.write(tmp_path, {"date": "20260102-0000", "device": "H100"}, None, other_budget)
     converged = {**earlier, "patience": 3, "runs": [{"row": "omote2019/rel", "seed": 7}]}  # early stopping
     gpu_results.write(tmp_path, {"date": "20260103-0000", "device": "H100"}, None, converged)
+    gpu_results.write(tmp_path, {"date": "20260104-0000", "device": "H100"}, {"runs": []}, None)  # a loop alone
     trained, first = gpu_run.trained_so_far(tmp_path, budget)
     assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # the other budgets' runs do not count
     assert gpu_run.trained_so_far(tmp_path, SimpleNamespace(**vars(budget), patience=3)) == ({"omote2019/rel": 1}, 8)

@@ -98,8 +98,8 @@ def test_dep_plus_rel_attention_layer_equals_the_naive_equations():
     fast, _ = layer(x, layer.project_memory(x), allowed, labels)
     slow = naive_relative_attention(layer, x, allowed, [(rel, labels.position), (dep, labels.depth)])
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
-    # the gradients too: the terms are matrix products now (no gather/scatter-add), so every
-    # parameter's and the input's gradient must still be the equations' own
+    # the gradients too (the gather's and the scatter-add's backward): every parameter's and the
+    # input's gradient must be the equations' own
     weight = torch.randn_like(fast)
     parameters = [x, rel.keys.weight, rel.values.weight, dep.keys.weight, dep.values.weight, layer.query.weight]
     fast_grads = torch.autograd.grad((fast * weight).sum(), parameters)
