@@ -72,11 +72,18 @@ def setting(result: dict[str, Any], what: str) -> str:
             f"({meta.get('date', '?')}): {what}")
 
 
-def pooled_studies(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The results with a study at the newest one's budget (runs of another budget train
-    another function: they are not pooled)."""
+def device_kind(result: dict[str, Any]) -> str:
+    """``cpu`` for a run on the CPU (``GPU_RUN_DEVICE=cpu``), else ``gpu``: the two devices' runs
+    are never pooled (the same seed and config score differently on them)."""
+    return "cpu" if result["meta"].get("device") == "cpu" else "gpu"
+
+
+def pooled_studies(results: list[dict[str, Any]], kind: str = "gpu") -> list[dict[str, Any]]:
+    """The results of ``kind``'s device with a study at the newest one's budget (runs of another
+    budget train another function: they are not pooled)."""
     studies = [result for result in results  # a study none of whose runs finished adds nothing
-               if any("failed" not in run for run in (result.get("study") or {}).get("runs", []))]
+               if device_kind(result) == kind
+               and any("failed" not in run for run in (result.get("study") or {}).get("runs", []))]
     if not studies:
         return []
     budget = budget_of(studies[-1]["study"])

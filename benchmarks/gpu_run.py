@@ -21,7 +21,8 @@ weights averaged, and the baseline as the Omote rows decode.  Each call writes o
 into ``--out-dir`` (``benchmarks.gpu_results``), which goes into ``benchmarks/gpu_results/``;
 ``table`` (here, on the CPU) builds the docs' GPU sections from all of them.  Needs torch,
 pyarrow, sentencepiece and sacrebleu, not Ray, MLflow or Optuna (``preflight``; ``carry``);
-``GPU_RUN_DEVICE=cpu`` dry-runs it on a CPU.
+``GPU_RUN_DEVICE=cpu`` dry-runs it on a CPU, or runs the study there for the record: a results
+file of device ``cpu``, pooled with the CPU's only and set beside the GPU's (``device_difference``).
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ ROOT = Path(__file__).resolve().parents[1]
 THIS = [sys.executable, "-m", "benchmarks.gpu_run"]  # this benchmark again, in a process of its own
 
 DEVICE = os.environ.get("GPU_RUN_DEVICE", "cuda")
+HERE = "cpu" if DEVICE == "cpu" else "gpu"  # the device kind whose results files a study call adds to
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s by the datasheets
 LOOP_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel"]
 BASELINE = LOOP_ROWS[0]
 REFERENCE = gpu_results.REFERENCE  # torch.nn.Transformer at the baseline's size, compiled, in the same call
 GPU_BEGIN, GPU_END = "<!-- GPU_STUDY_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- GPU_STUDY_END -->"
+CPU_BEGIN, CPU_END = "<!-- CPU_RUNS_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- CPU_RUNS_END -->"
 
 
 # What the run imports beyond the standard library: its first step (``preflight``) imports all of
@@ -472,13 +475,15 @@ def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int
     return plan
 
 
-def trained_so_far(results_dir: Path, args) -> tuple[dict[str, int], int]:
-    """The runs each row has in the results files at this budget, and the first unused seed."""
+def trained_so_far(results_dir: Path, args, kind: str = HERE) -> tuple[dict[str, int], int]:
+    """The runs each row has in the results files of ``kind``'s device at this budget, and the
+    first seed they have not used."""
     counts: dict[str, int] = {}
     seeds = [0]
     for result in gpu_results.read_all([results_dir]) if results_dir.exists() else []:
         run_study = result.get("study") or {}
-        if not run_study or gpu_results.budget_of(run_study) != gpu_results.budget_of(vars(study_args(args))):
+        if (not run_study or gpu_results.device_kind(result) != kind
+                or gpu_results.budget_of(run_study) != gpu_results.budget_of(vars(study_args(args)))):
             continue
         for run in run_study["runs"]:
             seeds.append(run["seed"])
@@ -563,29 +568,23 @@ def scored_runs(studies: list[dict], shared: dict[str, str]) -> dict:
 
 def table(args) -> int:
     """The docs from every results file (``gpu_results``): the pooled GPU studies' tables
-    (``study.paper_tables``) between the GPU markers of ``--out``, and every loop measurement
-    between the loop markers of ``--performance``."""
-    from platform.tracking.significance import signature_tokenizer
-
+    (``study.paper_tables``) between the GPU markers of ``--out``, the CPU's (``GPU_RUN_DEVICE=cpu``)
+    between its CPU markers with the two devices' difference, and every loop measurement between
+    the loop markers of ``--performance``."""
     results = gpu_results.read_all(args.results)
     if not results:
         raise SystemExit(f"no results file in {', '.join(map(str, args.results))}")
-    studies = gpu_results.pooled_studies(results)
-    scored = scored_runs(studies, shared := study.decoded_as(study_args(SimpleNamespace(
-        **gpu_results.budget_of(studies[-1]["study"]))))) if studies else {}
-    if scored:
-        first = next(run for result in studies for run in result["study"]["runs"] if "failed" not in run)
-        seen = study.training_targets(args.tanaka)
-        if not seen:
-            log(f"no training split at {args.tanaka}: the tables lose the 'test BLEU, unseen' column (--tanaka DIR)")
-        sections = study.paper_tables(scored, shared, signature_tokenizer(first["tests"]["test"]["signature"]), "####",
-                                      seen)
-        runs = "; ".join(gpu_results.setting(result, f"{len(result['study']['runs'])} runs at once, "
-                                                     f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
-        pooled = (f"{len(studies)} GPU run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
-                  f"paired test pairs runs of the same GPU run.\n\n")
-        study.write_section(Path(args.out), pooled + "\n".join(sections) + "\n" + seeds_line(studies, shared),
-                            GPU_BEGIN, GPU_END)
+    pooled = {kind: gpu_results.pooled_studies(results, kind) for kind in ("gpu", "cpu")}
+    seen = study.training_targets(args.tanaka) if any(pooled.values()) else frozenset()
+    if any(pooled.values()) and not seen:
+        log(f"no training split at {args.tanaka}: the tables lose the 'test BLEU, unseen' column (--tanaka DIR)")
+    scored = {kind: scored_runs(studies, shared_of(studies)) for kind, studies in pooled.items() if studies}
+    for kind, (begin, end) in (("gpu", (GPU_BEGIN, GPU_END)), ("cpu", (CPU_BEGIN, CPU_END))):
+        if scored.get(kind):
+            text = study_section(pooled[kind], scored[kind], kind, seen)
+            if kind == "cpu" and scored.get("gpu"):
+                text += "\n" + device_difference(pooled, scored)
+            study.write_section(Path(args.out), text, begin, end)
     if any(result.get("loop") for result in results):
         study.write_section(Path(args.performance), gpu_results.loop_table(results), gpu_results.LOOP_BEGIN,
                             gpu_results.LOOP_END)
@@ -594,17 +593,77 @@ def table(args) -> int:
     return 0
 
 
-def seeds_line(studies: list[dict], shared: dict[str, str]) -> str:
+def shared_of(studies: list[dict]) -> dict[str, str]:
+    """The rows whose runs are another row's (``study.decoded_as``) at the pooled studies' budget."""
+    return study.decoded_as(study_args(SimpleNamespace(**gpu_results.budget_of(studies[-1]["study"]))))
+
+
+def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[str]) -> str:
+    """One device's pooled studies as the paper tables, with what was pooled and each row's runs."""
+    from platform.tracking.significance import signature_tokenizer
+
+    first = next(run for result in studies for run in result["study"]["runs"] if "failed" not in run)
+    sections = study.paper_tables(scored, shared_of(studies), signature_tokenizer(first["tests"]["test"]["signature"]),
+                                  "####", seen)
+    runs = "; ".join(gpu_results.setting(result, f"{len(result['study']['runs'])} runs at once, "
+                                                 f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
+    pooled = (f"{len(studies)} {kind.upper()} run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
+              f"paired test pairs runs of the same {kind.upper()} run.\n\n")
+    return pooled + "\n".join(sections) + "\n" + seeds_line(studies, shared_of(studies), kind)
+
+
+def device_difference(pooled: dict[str, list[dict]], scored: dict[str, dict]) -> str:
+    """Each row that ran on both devices at one budget: its test BLEU on each, GPU minus CPU over
+    seeds (Welch's 95% interval and p), and the difference seed by seed where both ran a seed."""
+    from platform.tracking.significance import seed_test
+
+    budgets = {kind: gpu_results.budget_of(studies[-1]["study"]) for kind, studies in pooled.items()}
+    if budgets["gpu"] != budgets["cpu"]:
+        return (f"The CPU runs ({budgets['cpu']}) and the GPU runs ({budgets['gpu']}) were trained at different "
+                f"budgets: no difference between the devices is computed.\n")
+    lines = ["| row | CPU runs | CPU test BLEU | GPU runs | GPU test BLEU | Δ GPU − CPU (95% CI) | p (Welch) "
+             "| the same seed, GPU − CPU |", "|---|---|---|---|---|---|---|---|"]
+    for row in [row for _, rows in study.TABLES.values() for row in rows]:
+        cpu, gpu = scored["cpu"].get(row, {}), scored["gpu"].get(row, {})
+        if not cpu or not gpu:
+            continue
+        bleu = {kind: {run: entry.metric("test_bleu") for run, entry in runs.items()}
+                for kind, runs in (("cpu", cpu), ("gpu", gpu))}
+        test = seed_test(list(bleu["cpu"].values()), list(bleu["gpu"].values()))
+        by_seed = {kind: {} for kind in bleu}
+        for kind, values in bleu.items():
+            for run, value in values.items():
+                by_seed[kind].setdefault(int(run.split(":")[1]), value)  # the first run of each seed number
+        same = [f"s{seed} {by_seed['gpu'][seed] - by_seed['cpu'][seed]:+.2f}"
+                for seed in sorted(set(by_seed["cpu"]) & set(by_seed["gpu"]))]
+        interval = "–" if test.low != test.low else f"[{test.low:+.2f}, {test.high:+.2f}]"
+        p = "–" if test.p_value != test.p_value else f"{test.p_value:.4f}"
+        lines.append(f"| {row} | {len(cpu)} | {mean_std(bleu['cpu'].values())} | {len(gpu)} | "
+                     f"{mean_std(bleu['gpu'].values())} | {test.difference:+.2f} {interval} | {p} | "
+                     f"{', '.join(same) or '–'} |")
+    return ("#### The two devices, row by row\n\n" + "\n".join(lines) + "\n\nThe same rows, configs, seeds and budget "
+            "trained on each device (float32 on both): test BLEU mean ± std over each device's runs; Δ: the GPU's mean "
+            "minus the CPU's, with Welch's 95% CI and p; then seed by seed, where both devices ran a seed number.\n")
+
+
+def mean_std(values) -> str:
+    values = list(values)
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.2f} ± {spread:.2f}"
+
+
+def seeds_line(studies: list[dict], shared: dict[str, str], kind: str = "gpu") -> str:
     """How many runs each row has against its target (``gpu_run study`` trains what is missing)."""
     counts: dict[str, int] = {}
     for result in studies:
         for run in result["study"]["runs"]:
             if "failed" not in run:
                 counts[run["row"]] = counts.get(run["row"], 0) + 1
-    rows = [row for row in study.ROWS if row not in shared]
+    rows = [row for row in study.ROWS if row not in shared and (kind == "gpu" or counts.get(row))]
     targets = seed_targets(rows, SEEDS, HEADLINE_SEEDS)
-    return ("Runs so far of each row, against its target over GPU runs (5 for the headline rows, 3 for the "
-            "others; `gpu_run study` trains what is missing): "
+    command = "`gpu_run study`" if kind == "gpu" else "`GPU_RUN_DEVICE=cpu gpu_run study`"
+    return (f"Runs so far of each row, against its target over {kind.upper()} runs (5 for the headline rows, 3 for "
+            f"the others; {command} trains what is missing): "
             + ", ".join(f"{row} {counts.get(row, 0)}/{targets[row]}" for row in rows) + ".\n")
 
 

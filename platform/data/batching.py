@@ -88,8 +88,8 @@ class BatchingConfig:
             raise ValueError(f"pack_width must be positive, got {self.pack_width}")
         if self.bucket < 1:
             raise ValueError(f"bucket must be positive, got {self.bucket}")
-        if self.fixed_shape and (self.pack is False or self.max_tokens is None):
-            raise ValueError("fixed_shape pads packed batches to a full one's shape: it needs pack and max_tokens")
+        if self.fixed_shape and self.pack is False:
+            raise ValueError("fixed_shape pads packed batches to the epoch's first batch's shape: it needs pack")
         if self.global_tokens is not None:
             if self.global_tokens < 1:
                 raise ValueError(f"global_tokens must be positive, got {self.global_tokens}")

@@ -81,6 +81,10 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
                               "0000000", "--command", "python -m benchmarks.gpu_run all", "--date", "20260101-0000",
                               "--to", str(kept)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert earlier.returncode == 0, earlier.stderr[-3000:]
+    # and a GPU's study of the same seed (this one's, relabelled): the two devices are never pooled
+    from benchmarks import gpu_results
+
+    gpu_results.write(kept, {**record["meta"], "device": "NVIDIA H100 80GB HBM3", "date": "20260102-0000"}, None, study)
     results, performance, cluster = tmp_path / "results.md", tmp_path / "performance.md", tmp_path / "cluster.md"
     results.write_text("# Results\n\nwritten by hand, kept\n")
     performance.write_text("# Performance\n")
@@ -100,9 +104,18 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     ratio = baseline["tokens_per_s"] / reference["tokens_per_s"]
     assert loop_rows[0][6] == f"{ratio:.2f}×" and loop_rows[1][6] == "1.00×"  # × the same call's reference
     text = results.read_text()
-    assert "2 GPU run(s) pooled" in text
+    assert "2 CPU run(s) pooled" in text and "1 GPU run(s) pooled" in text
     assert text.startswith("# Results\n\nwritten by hand, kept\n")
-    section = text[text.index("<!-- GPU_STUDY_BEGIN"):text.index("<!-- GPU_STUDY_END -->")]
+    gpu = text[text.index("<!-- GPU_STUDY_BEGIN"):text.index("<!-- GPU_STUDY_END -->")]
+    assert "| deguchi2019/baseline | 1 |" in gpu and "CPU run" not in gpu
+    section = text[text.index("<!-- CPU_RUNS_BEGIN"):text.index("<!-- CPU_RUNS_END -->")]
+    # the devices side by side: 2 CPU runs and 1 GPU run of each row, seed 1 on both (the same outputs here)
+    devices = section[section.index("#### The two devices"):]
+    assert [line.split(" | ")[:2] + line.split(" | ")[3:4] + line.split(" | ")[-1:] for line in devices.splitlines()
+            if line.startswith("| deguchi2019/") or line.startswith("| omote2019/")] == [
+        ["| deguchi2019/baseline", "2", "1", "s1 +0.00 |"], ["| omote2019/baseline", "2", "1", "s1 +0.00 |"],
+        ["| omote2019/dep+rel", "2", "1", "s1 +0.00 |"]]
+    section = section[:section.index("#### The two devices")]
     rows = [line for line in section.splitlines() if line.startswith("| omote2019/")]
     beam = "as deguchi2019/baseline decodes"  # Omote's table again, every row decoded with beam 4, α 0.6
     assert [row.split(" | ")[0] for row in rows] == ["| omote2019/baseline (the deguchi2019/baseline runs)",
@@ -114,7 +127,7 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     column = [cell.strip("| ") for cell in header.split(" | ")].index("BLEU p (bs)")
     assert rows[1].split(" | ")[column] != "–"  # dep+rel against the baseline decoded greedily
     cells = [cell.strip("| ") for cell in header.split(" | ")]
-    assert rows[1].split(" | ")[cells.index("seeds")] == "2"  # one seed from each GPU run
+    assert rows[1].split(" | ")[cells.index("seeds")] == "2"  # one seed from each CPU run
     assert rows[1].split(" | ")[cells.index("p (seeds)")] != "–"  # two a side: the seed-level test is there
     assert rows[3].split(" | ")[cells.index("p (seeds)")] != "–"  # and decoded with beam 4
     assert rows[2].split(" | ")[cells.index("test BLEU")] == next(  # the baseline's own (Deguchi's) decoding
@@ -126,7 +139,8 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
 
 def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baseline_at_its_seed(tmp_path):
     """Seeds accumulate over GPU calls: each trains the runs its rows lack of their targets (5 for
-    the headline rows, 3 for the others), new seed numbers after every seed a results file has,
+    the headline rows, 3 for the others), new seed numbers after every seed a results file of its
+    device (GPU or CPU, ``GPU_RUN_DEVICE=cpu``) has,
     each run with its table's baseline at the same seed, headline rows first, at most --max-runs."""
     from types import SimpleNamespace
 
@@ -141,8 +155,11 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     converged = {**earlier, "patience": 3, "runs": [{"row": "omote2019/rel", "seed": 7}]}  # early stopping
     gpu_results.write(tmp_path, {"date": "20260103-0000", "device": "H100"}, None, converged)
     gpu_results.write(tmp_path, {"date": "20260104-0000", "device": "H100"}, {"runs": []}, None)  # a loop alone
+    on_the_cpu = {**earlier, "runs": [{"row": "deguchi2019/enc+dec", "seed": 1}, {"row": "omote2019/rel", "seed": 5}]}
+    gpu_results.write(tmp_path, {"date": "20260105-0000", "device": "cpu"}, None, on_the_cpu)  # GPU_RUN_DEVICE=cpu
     trained, first = gpu_run.trained_so_far(tmp_path, budget)
-    assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # the other budgets' runs do not count
+    assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # not the other budgets' or the CPU's
+    assert gpu_run.trained_so_far(tmp_path, budget, "cpu") == ({"deguchi2019/enc+dec": 1, "omote2019/rel": 1}, 6)
     assert gpu_run.trained_so_far(tmp_path, SimpleNamespace(**vars(budget), patience=3)) == ({"omote2019/rel": 1}, 8)
     shared = study.decoded_as(gpu_run.study_args(budget))
     rows = [row for row in study.ROWS if row not in shared]

@@ -96,6 +96,7 @@ def test_fixed_shape_trains_two_epochs_of_real_data_in_one_shape(tanaka_dataset)
     assert seen[True] < seen[False]  # the full batches' shape, not a larger one
 
 
+@pytest.mark.slow  # an epoch of Tanaka, and inductor's compile: about 2 minutes on 2 cores
 def test_compiled_updates_follow_the_eager_loss_curve_over_an_epoch_of_real_data_in_two_graphs(tanaka_dataset):
     """``compile: default`` (inductor, here on the CPU) compiles the update as ``step.compiled_update``
     says: a model with both parse heads and both relative terms (every loss, the gathers and the
