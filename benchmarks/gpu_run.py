@@ -615,7 +615,7 @@ def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[
 def device_difference(pooled: dict[str, list[dict]], scored: dict[str, dict]) -> str:
     """Each row that ran on both devices at one budget: its test BLEU on each, GPU minus CPU over
     seeds (Welch's 95% interval and p), and the difference seed by seed where both ran a seed."""
-    from platform.tracking.significance import seed_test
+    from platform.tracking.significance import seed_columns
 
     budgets = {kind: gpu_results.budget_of(studies[-1]["study"]) for kind, studies in pooled.items()}
     if budgets["gpu"] != budgets["cpu"]:
@@ -624,32 +624,22 @@ def device_difference(pooled: dict[str, list[dict]], scored: dict[str, dict]) ->
     lines = ["| row | CPU runs | CPU test BLEU | GPU runs | GPU test BLEU | Δ GPU − CPU (95% CI) | p (Welch) "
              "| the same seed, GPU − CPU |", "|---|---|---|---|---|---|---|---|"]
     for row in [row for _, rows in study.TABLES.values() for row in rows]:
-        cpu, gpu = scored["cpu"].get(row, {}), scored["gpu"].get(row, {})
-        if not cpu or not gpu:
+        runs = [scored[kind].get(row, {}) for kind in ("cpu", "gpu")]
+        if not all(runs):
             continue
-        bleu = {kind: {run: entry.metric("test_bleu") for run, entry in runs.items()}
-                for kind, runs in (("cpu", cpu), ("gpu", gpu))}
-        test = seed_test(list(bleu["cpu"].values()), list(bleu["gpu"].values()))
-        by_seed = {kind: {} for kind in bleu}
-        for kind, values in bleu.items():
-            for run, value in values.items():
-                by_seed[kind].setdefault(int(run.split(":")[1]), value)  # the first run of each seed number
-        same = [f"s{seed} {by_seed['gpu'][seed] - by_seed['cpu'][seed]:+.2f}"
-                for seed in sorted(set(by_seed["cpu"]) & set(by_seed["gpu"]))]
-        interval = "–" if test.low != test.low else f"[{test.low:+.2f}, {test.high:+.2f}]"
-        p = "–" if test.p_value != test.p_value else f"{test.p_value:.4f}"
-        lines.append(f"| {row} | {len(cpu)} | {mean_std(bleu['cpu'].values())} | {len(gpu)} | "
-                     f"{mean_std(bleu['gpu'].values())} | {test.difference:+.2f} {interval} | {p} | "
-                     f"{', '.join(same) or '–'} |")
+        bleu = [{run: entry.metric("test_bleu") for run, entry in device.items()} for device in runs]
+        cpu, gpu = seed_columns([list(device.values()) for device in bleu])
+        by_seed = [{} for _ in bleu]
+        for device, seeds in zip(bleu, by_seed):
+            for run, value in device.items():
+                seeds.setdefault(int(run.split(":")[1]), value)  # a run I:SEED; the first run of each seed number
+        same = ", ".join(f"s{seed} {by_seed[1][seed] - by_seed[0][seed]:+.2f}"
+                         for seed in sorted(set(by_seed[0]) & set(by_seed[1])))
+        lines.append(f"| {row} | {len(runs[0])} | {cpu['BLEU']} | {len(runs[1])} | {gpu['BLEU']} | "
+                     f"{gpu['Δ BLEU (95% CI)']} | {gpu['p (seeds)']} | {same or '–'} |")
     return ("#### The two devices, row by row\n\n" + "\n".join(lines) + "\n\nThe same rows, configs, seeds and budget "
             "trained on each device (float32 on both): test BLEU mean ± std over each device's runs; Δ: the GPU's mean "
             "minus the CPU's, with Welch's 95% CI and p; then seed by seed, where both devices ran a seed number.\n")
-
-
-def mean_std(values) -> str:
-    values = list(values)
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.2f} ± {spread:.2f}"
 
 
 def seeds_line(studies: list[dict], shared: dict[str, str], kind: str = "gpu") -> str:
