@@ -36,6 +36,7 @@ PASSWORD_FILES_ENV = "NMT_PASSWORD_FILES"  # where kept_url's password files go 
 STORAGE_ENV = "NMT_STUDY_STORAGE"  # the default --study-storage (the cluster file sets it)
 MIN_COMPLETE = 4  # trials an importance plot is fitted on, at least
 CONTOUR_KNOBS = 3  # the contour plot's knobs (every pair of them)
+SCHEMA_ATTEMPTS = 5  # tries to open a storage whose new schema another connection is creating
 ONE_OBJECTIVE = ("intermediate_values", "optimization_history", "slice", "contour")  # not drawn for several
 
 # Optuna's matplotlib plots: file name → function name in optuna.visualization.matplotlib
@@ -117,12 +118,31 @@ def open_storage(url: str):
     """Optuna's RDB storage at ``url`` (a SQLite file's folder is made), or None for ''."""
     if not url:
         return None
-    import optuna
-
     path = sqlite_file(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(kept_url(url))
+    return _rdb_storage(kept_url(url))
+
+
+def _rdb_storage(url: str, attempts: int = SCHEMA_ATTEMPTS):
+    """``optuna.storages.RDBStorage(url)``, tried again while another connection creates the
+    same new schema: two processes opening a new ``optuna.db`` at once (the sweep and an
+    ``optuna-dashboard`` started beside it) both create its tables and version row, and the
+    slower one fails with 'table ... already exists' or a UNIQUE constraint on
+    ``alembic_version``.  Once the faster one is done the schema is complete, and opening it
+    again succeeds."""
+    import time
+
+    import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (IntegrityError, OperationalError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def load_study(url: str, name: str):
@@ -136,7 +156,7 @@ def load_study(url: str, name: str):
     if path is not None and not path.is_file():
         return None
     try:
-        return optuna.load_study(study_name=name, storage=url)
+        return optuna.load_study(study_name=name, storage=_rdb_storage(url))
     except KeyError:  # no such study in that storage
         return None
 

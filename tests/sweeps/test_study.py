@@ -80,3 +80,32 @@ def test_a_sweep_on_uri_storage_logs_its_study_and_keeps_no_scratch_copy(tmp_pat
     logged = {a.path for a in MlflowClient(uri).list_artifacts(run_id, "optuna")}
     assert {"optuna/optuna.db", "optuna/intermediate_values.png"} <= logged
     assert list(scratch.iterdir()) == []
+
+
+def test_a_new_storage_opened_by_two_at_once_opens_for_both(tmp_path):
+    """The sweep creating its ``optuna.db`` while ``optuna-dashboard`` (or a second sweep) opens
+    the same new file: both create the schema at once, and the slower one's 'table already
+    exists' or UNIQUE constraint on the version row is tried again instead of ending the sweep."""
+    import threading
+
+    from platform.sweeps.study import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    def open_it(url, barrier, opened, failed):
+        barrier.wait()
+        try:
+            opened.append(open_storage(url))
+        except Exception as error:  # noqa: BLE001 - reported below
+            failed.append(repr(error)[:200])
+
+    for attempt in range(8):
+        url = f"sqlite:///{tmp_path}/{attempt}/optuna.db"
+        opened, failed, barrier = [], [], threading.Barrier(2)
+        threads = [threading.Thread(target=open_it, args=(url, barrier, opened, failed)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failed and len(opened) == 2, failed
+        optuna.create_study(study_name="s", storage=opened[0]).optimize(lambda t: t.suggest_float("x", 0, 1), 1)
+        assert len(optuna.load_study(study_name="s", storage=opened[1]).trials) == 1
