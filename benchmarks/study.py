@@ -61,6 +61,10 @@ DECODED_AS = {"omote2019/baseline": "deguchi2019/baseline"}
 # baseline → that recipe): Omote et al. decode greedily (§5.1), Deguchi et al. with beam 4 and
 # α 0.6 (§4.2), so Omote's rows are also scored that way, against the baseline decoded alike
 REDECODED = {"omote2019/baseline": "deguchi2019/baseline"}
+# a paper's comparisons besides each row against its table's baseline (the table's baseline →
+# [(row, against)]): Omote et al.'s Transformer_dep+rel "improved by 1.31 BLEU points against
+# Transformer_abs and by 0.50 BLEU points against Transformer_rel" (§5.2)
+ALSO_COMPARED = {"omote2019/baseline": [("omote2019/dep+rel", "omote2019/rel")]}
 ROWS: list[str] = [row for _, rows in TABLES.values() for row in rows]
 STUDY_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/dep+rel"]
 # Vaswani et al. 2017 (§6.1) evaluate the Transformer on the average of its last 5 checkpoints;
@@ -364,15 +368,19 @@ def paper_tables(scored: dict[str, dict[str, Scored]], shared: dict[str, str], t
     after a table of ``REDECODED``, the same rows decoded as its recipe decodes."""
     sections = []
     for baseline, (title, rows) in TABLES.items():
+        also = ALSO_COMPARED.get(baseline, [])
         if any(scored.get(row) for row in rows):
-            sections.append(f"{heading} {title}\n\n{paper_table(baseline, rows, scored, shared, tokenizer, seen)}")
+            sections.append(f"{heading} {title}\n\n"
+                            f"{paper_table(baseline, rows, scored, shared, tokenizer, seen, also)}")
         if baseline in REDECODED and any(scored.get(row) for row in rows):
             again, labels, sources = redecoded(baseline, scored, shared)
             if again.get(labels[0]) and len(again) > 1:  # the baseline and a row decoded alike
                 decoder = REDECODED[baseline]
+                label = dict(zip(rows, labels))
+                table = paper_table(labels[0], labels, again, sources, tokenizer, seen,
+                                    [(label[row], label[against]) for row, against in also])
                 sections.append(f"{heading} {title}, every row decoded as {decoder} decodes "
-                                f"({decoding(decoder)})\n\n"
-                                f"{paper_table(labels[0], labels, again, sources, tokenizer, seen)}")
+                                f"({decoding(decoder)})\n\n{table}")
     return sections
 
 
@@ -397,11 +405,12 @@ def redecoded(baseline: str, scored: dict[str, dict[str, Scored]], shared: dict[
 
 
 def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], shared: dict[str, str],
-                tokenizer: str, seen: frozenset[str] = frozenset()) -> str:
+                tokenizer: str, seen: frozenset[str] = frozenset(), also: list[tuple[str, str]] = ()) -> str:
     """One paper's rows that ran: scores over every run of each row, the seed-level test against
     ``baseline`` (unpaired: every run of both), and the paired tests against it on the seeds both
     ran, their outputs concatenated in seed order (BLEU with ``tokenizer``: the one the runs' own
-    BLEU used)."""
+    BLEU used); then the paper's ``also`` comparisons ((row, against)) whose two rows ran, tested
+    alike, in one Holm family with the rows'."""
     from platform.tracking.significance import methods, seed_columns, seed_methods
     from platform.tracking.tables import format_table, mean_std
 
@@ -436,8 +445,10 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
                       if metric("study_wall_s") else "–",
                       **convergence_cells(metric("best_step"), metric("last_step"), metric("converged")),
                       **paired_cells(outputs, baseline, row, tokenizer)})
-    for row, seed_cells in zip(cells, seed_columns(bleu)):  # the primary test: training's variance, over seeds
-        row.update({key: value for key, value in seed_cells.items() if key != "BLEU"})
+    compared = [(row, against) for row, against in also if row in ran and against in ran]
+    seed_cells = seed_columns(bleu, also=[(ran.index(row), ran.index(against)) for row, against in compared])
+    for row, cell in zip(cells, seed_cells):  # the primary test: training's variance, over seeds
+        row.update({key: value for key, value in cell.items() if key != "BLEU"})
     keep = ("row", "seeds", "decoding", "test BLEU", "Δ BLEU (95% CI)", "p (seeds)", "p (Holm)",
             *((UNSEEN,) if seen else ()), TOKENIZED, "test chrF", "best at update", "converged", *PAIRED,
             "BLEU, last validations averaged", "UAS enc / dec", "params", "train tok/s", "min per run")
@@ -445,17 +456,25 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
     first = next(iter(outputs[baseline].values()))["ref"]
     unseen = (f" {UNSEEN}: the same, without the {sum(reference in seen for reference in first)} test pairs whose "
               f"reference is also a training target." if seen else "")
-    return (f"{format_table(shown)}\n\nTest BLEU and chrF: mean ± std over every run of the row (sacrebleu, "
+    also_table = "" if not compared else "\n\n" + format_table([
+        {"comparison": f"{row} against {against}", "seeds": f"{len(by_row[row])} / {len(by_row[against])}",
+         **cell, **paired_cells(outputs, against, row, tokenizer)}
+        for (row, against), cell in zip(compared, seed_cells[len(ran):])])
+    return (f"{format_table(shown)}{also_table}\n\n"
+            f"Test BLEU and chrF: mean ± std over every run of the row (sacrebleu, "
             f"detokenized; the primary metric).{unseen} {TOKENIZED}: sacrebleu on the tokenized hypotheses and "
             f"references, the kind of BLEU the papers report (not comparable across tokenizations). "
             f"Best at update: each run's best dev BLEU validation (the checkpoint scored); converged: the runs "
             f"whose dev BLEU gained nothing over their last validations, as many as the budget's patience "
             f"(without one, {PATIENCE}). "
-            f"Primary, each row against {baseline} {seed_methods()}. Secondary, the test set's variance only: "
+            f"Primary, each row against {baseline} {seed_methods()}"
+            f"{ALSO_CAPTION if compared else ''}. "
+            f"Secondary, the test set's variance only: "
             f"p (bs), p (ar) on the seeds both ran, their outputs concatenated ({methods(tokenizer)}).\n")
 
 
 PAIRED = ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")  # the paired tests' columns
+ALSO_CAPTION = "; under the table, the paper's other comparisons, tested alike, in the same Holm family"
 
 
 def paired_cells(outputs: dict[str, dict[str, dict[str, list[str]]]], baseline: str, row: str,

@@ -158,19 +158,28 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def seed_columns(scores: list[list[float]], metric: str = "BLEU") -> list[dict[str, str]]:
+def seed_columns(scores: list[list[float]], metric: str = "BLEU",
+                 also: Sequence[tuple[int, int]] = ()) -> list[dict[str, str]]:
     """The seed-level cells of a table whose first row is the baseline (``scores``: each row's
     ``metric`` per seed): mean ± std, the difference to the baseline with its 95 % CI, Welch's p
-    and Holm's p over the table's rows ("–" for the baseline, and where a side has one seed)."""
-    tests = [seed_test(scores[0], row) for row in scores[1:]]
-    adjusted = holm([test.p_value for test in tests])
-    cells = [{metric: mean_std(scores[0]), f"Δ {metric} (95% CI)": "–", "p (seeds)": "–", "p (Holm)": "–"}]
-    for row, test, holm_p in zip(scores[1:], tests, adjusted):
-        interval = "" if math.isnan(test.low) else f" [{test.low:+.2f}, {test.high:+.2f}]"
-        cells.append({metric: mean_std(row), f"Δ {metric} (95% CI)": f"{test.difference:+.2f}{interval}",
-                      "p (seeds)": "–" if math.isnan(test.p_value) else f"{test.p_value:.4f}",
-                      "p (Holm)": "–" if math.isnan(holm_p) else f"{holm_p:.4f}"})
-    return cells
+    and Holm's p ("–" for the baseline, and where a side has one seed); after them, the
+    difference cells of each of ``also``'s comparisons: (row, against) index pairs that a paper
+    makes besides each row against its baseline.  Holm's family is every comparison of the
+    table, the rows' and ``also``'s."""
+    pairs = [(0, row) for row in range(1, len(scores))] + [(against, row) for row, against in also]
+    tests = [seed_test(scores[against], scores[row]) for against, row in pairs]
+    cells = [_difference_cells(test, holm_p, metric) for test, holm_p in zip(tests, holm([t.p_value for t in tests]))]
+    rows = len(scores) - 1
+    baseline = {metric: mean_std(scores[0]), f"Δ {metric} (95% CI)": "–", "p (seeds)": "–", "p (Holm)": "–"}
+    return [baseline, *({metric: mean_std(score), **cell} for score, cell in zip(scores[1:], cells[:rows])),
+            *cells[rows:]]
+
+
+def _difference_cells(test: SeedTest, holm_p: float, metric: str) -> dict[str, str]:
+    interval = "" if math.isnan(test.low) else f" [{test.low:+.2f}, {test.high:+.2f}]"
+    return {f"Δ {metric} (95% CI)": f"{test.difference:+.2f}{interval}",
+            "p (seeds)": "–" if math.isnan(test.p_value) else f"{test.p_value:.4f}",
+            "p (Holm)": "–" if math.isnan(holm_p) else f"{holm_p:.4f}"}
 
 
 def seed_methods(metric: str = "BLEU") -> str:

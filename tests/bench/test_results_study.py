@@ -124,6 +124,7 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     ref = [f"the cat {i} sat on the mat near the door" for i in range(40)]
     worse = [f"a dog {i} sat" for i in range(40)]  # far from the reference
     better = [line if i % 4 else f"the cat {i} sat" for i, line in enumerate(ref)]
+    middling = [line if i % 2 else f"the cat {i} sat" for i, line in enumerate(ref)]
     args = study.build_parser().parse_args(["--tracking-uri", uri, "--out", str(tmp_path / "results.md"),
                                             "--figure", str(tmp_path / "img" / "curves.png"), "--max-updates", "500",
                                             "--tanaka", str(tmp_path / "no-corpus")])  # no seen pairs: no column
@@ -134,6 +135,8 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
         log_study_run(client, experiment, "deguchi2019/enc+dec", seed, {"test": better}, ref, tmp_path, study, args)
         log_study_run(client, experiment, "omote2019/dep+rel", seed,
                       {"test": better, "test_as_deguchi2019-baseline": ref}, ref, tmp_path, study, args)
+        log_study_run(client, experiment, "omote2019/rel", seed,  # Omote's other baseline, below dep+rel
+                      {"test": middling, "test_as_deguchi2019-baseline": middling}, ref, tmp_path, study, args)
     other = study.build_parser().parse_args(["--max-updates", "800"])  # another budget: neither reused nor shown
     log_study_run(client, experiment, "omote2019/dep+rel", 1, {"test": ref}, ref, tmp_path, study, other)
 
@@ -173,7 +176,18 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     assert beam_deprel["Δ BLEU (95% CI)"].startswith("+") and float(beam_deprel["BLEU p (bs)"]) < 0.01
     assert "| 2.50 | 3.50 |" in text  # dev BLEU at updates 250 and 500, mean over seeds 1 and 2
     assert (tmp_path / "img" / "curves.png").stat().st_size > 1000
-    assert "6 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
+    assert "8 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
+    # Omote et al.'s other comparison, dep+rel against rel, under each Omote table, in its Holm family
+    for title in ("Omote et al. 2019, Table 2 (dependency-based relative positions)\n",
+                  "Omote et al. 2019, Table 2 (dependency-based relative positions), every row decoded as"):
+        section = text.split(f"### {title}")[1].split("###")[0]
+        (line,) = [line for line in section.splitlines() if line.startswith("| ") and " against omote2019/rel" in line]
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        assert cells[0].startswith("omote2019/dep+rel") and cells[1] == "2 / 2"
+        assert cells[2].startswith("+") and cells[3] == cells[4] == "0.0000" and float(cells[5]) < 0.05
+        assert "the paper's other comparisons, tested alike, in the same Holm family" in section
+    deguchi_lines = text.split("### Deguchi")[1].split("###")[0].splitlines()
+    assert not [line for line in deguchi_lines if line.startswith("| ") and " against " in line]  # none of its own
 
     # unequal runs: enc+dec seed 3 without the baseline's, the baseline's seed 4 without enc+dec's
     log_study_run(client, experiment, "deguchi2019/enc+dec", 3, {"test": better}, ref, tmp_path, study, args)

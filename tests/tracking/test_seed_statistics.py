@@ -32,3 +32,18 @@ def test_the_seed_columns_test_each_row_against_the_first_and_correct_over_the_t
     assert cells[1]["Δ BLEU (95% CI)"] == "+1.00 [-0.13, +2.13]" and cells[1]["p (seeds)"] == "0.0705"
     assert float(cells[1]["p (Holm)"]) == pytest.approx(2 * 0.07048, abs=2e-4)  # the smaller of 2 tested: × 2
     assert cells[3]["p (seeds)"] == "–" and cells[3]["Δ BLEU (95% CI)"] == "+2.50"  # one seed: no interval
+
+
+def test_a_papers_other_comparison_joins_the_tables_holm_family():
+    """Omote et al. compare dep+rel against rel as well as against abs: (row 2, against row 1)."""
+    scores = [[22.0, 22.5, 23.0], [23.0, 23.5, 24.0], [24.0, 24.6, 25.1]]
+    alone = seed_columns(scores)
+    cells = seed_columns(scores, also=[(2, 1)])
+    assert len(alone) == 3 and len(cells) == 4
+    against = seed_test(scores[1], scores[2])
+    assert cells[3]["Δ BLEU (95% CI)"] == f"{against.difference:+.2f} [{against.low:+.2f}, {against.high:+.2f}]"
+    assert cells[3]["p (seeds)"] == f"{against.p_value:.4f}" and "BLEU" not in cells[3]
+    family = holm([seed_test(scores[0], scores[1]).p_value, seed_test(scores[0], scores[2]).p_value, against.p_value])
+    assert [float(cell["p (Holm)"]) for cell in cells[1:]] == pytest.approx(family, abs=1e-4)
+    assert float(cells[1]["p (Holm)"]) > float(alone[1]["p (Holm)"])  # a family of 3, not 2
+    assert cells[1]["p (seeds)"] == alone[1]["p (seeds)"]
