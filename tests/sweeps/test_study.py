@@ -92,7 +92,7 @@ def test_a_new_storage_opened_by_two_at_once_opens_for_both(tmp_path):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     def open_it(url, barrier, opened, failed):
-        barrier.wait()
+        barrier.wait(timeout=60)
         try:
             opened.append(open_storage(url))
         except Exception as error:  # noqa: BLE001 - reported below
@@ -105,7 +105,7 @@ def test_a_new_storage_opened_by_two_at_once_opens_for_both(tmp_path):
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join()
+            thread.join(timeout=120)
         assert not failed and len(opened) == 2, failed
         optuna.create_study(study_name="s", storage=opened[0]).optimize(lambda t: t.suggest_float("x", 0, 1), 1)
         assert len(optuna.load_study(study_name="s", storage=opened[1]).trials) == 1
