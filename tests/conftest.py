@@ -23,6 +23,7 @@ from helpers import (
     require_module,
     require_shared_data,
     run_module,
+    start_session_cluster,
 )
 
 # tests whose cluster is their own: the session's cluster is shut down for them (see own_cluster)
@@ -62,18 +63,76 @@ def pytest_unconfigure(config):
         shutil.rmtree(token.parent, ignore_errors=True)
 
 
+# the fixtures through which a test starts Ray (directly or through a fixture it uses)
+RAY_FIXTURES = {"_session_ray", *OWN_CLUSTER_FIXTURES}
+# the two streams pytest-xdist runs side by side (``-n 2 --dist loadgroup``, pyproject.toml)
+RAY_GROUP, CPU_GROUP = "ray", "cpu"
+
+
+def _uses_ray(item) -> bool:
+    return bool(RAY_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
 def pytest_collection_modifyitems(items):
     """Every test that uses a Ray cluster is ``slow``: ``pytest -m "not slow"`` is the fast
-    subset that starts no Ray (tests that start Ray or train otherwise carry the marker
-    themselves).  Tests that need their own cluster run last, in their collected order, so that
-    the session's cluster starts once and is never started again after them."""
+    subset that starts no Ray (tests that train otherwise carry the marker themselves).  Tests
+    that need their own cluster run last, in their collected order, so that the session's
+    cluster starts once and is never started again after them.
+
+    The tests that use Ray are one stream (``xdist_group("ray")``: one xdist worker runs them
+    all, in that order, so there is one cluster at a time); every other test is the other stream
+    (``"cpu"``), which runs beside it at the lowest CPU priority (``_cpu_stream_yields``).  A
+    Ray test spends most of its time waiting for Ray's processes to start, so the other stream
+    fills cores that would idle, and the suite's time is the Ray stream's."""
     own, shared = [], []
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if {"ray_cluster", *OWN_CLUSTER_FIXTURES} & fixtures:
+        ray = _uses_ray(item)
+        if ray:
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(RAY_GROUP if ray else CPU_GROUP))
         (own if OWN_CLUSTER_FIXTURES & fixtures else shared).append(item)
     items[:] = shared + own
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item):
+    """Under pytest-xdist, a test of the CPU stream runs at the lowest priority (niceness 19,
+    which its worker keeps: it only ever runs that stream), so the Ray stream, the suite's
+    critical path, never waits for it (Ray's own workers run at niceness 15).
+
+    And a test of the CPU stream must not start Ray, nor may a fixture it sets up: that would
+    be a second cluster beside the Ray stream's.  Ray puts every session it starts under
+    ``$RAY_TMPDIR``, which the test's process and every command it runs inherit: here a
+    directory of the test's own, from before its fixtures until after their teardown
+    (``pytest_runtest_teardown``)."""
+    if not _uses_ray(item):
+        if os.environ.get("PYTEST_XDIST_WORKER") and os.nice(0) < 19:
+            os.nice(19 - os.nice(0))
+        item._nmt_ray_tmp = (Path(tempfile.mkdtemp(prefix="nmt-no-ray-")), os.environ.get("RAY_TMPDIR"))
+        os.environ["RAY_TMPDIR"] = str(item._nmt_ray_tmp[0])
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item):
+    """A Ray session under the CPU-stream test's ``$RAY_TMPDIR`` is an error of its teardown,
+    to be fixed by giving the test ``ray_cluster`` or ``own_cluster`` (``pytest_runtest_setup``)."""
+    result = yield
+    ray_tmp, previous = getattr(item, "_nmt_ray_tmp", (None, None))
+    if ray_tmp is None:
+        return result
+    if previous is None:
+        os.environ.pop("RAY_TMPDIR", None)
+    else:
+        os.environ["RAY_TMPDIR"] = previous
+    started = sorted(path.name for path in (ray_tmp / "ray").glob("session_*"))
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    if started:
+        pytest.fail(f"{item.nodeid} started Ray ({started[0]}) but uses neither ray_cluster nor own_cluster, so it "
+                    f"ran beside the Ray tests' cluster", pytrace=False)
+    return result
 
 
 # how long after a test's timeout (pytest-timeout's SIGALRM, which fails the test and runs its
@@ -146,12 +205,7 @@ def ray_cluster(_session_ray):
 
     Workers get the repository through ``runtime_env.working_dir`` (which Ray puts first on
     their PYTHONPATH), exactly as the Train and Tune drivers do."""
-    from platform.launch.cluster import start_ray
-
-    ray = _session_ray
-    if not ray.is_initialized():
-        start_ray(None, num_cpus=4, log_to_driver=False)
-    return ray
+    return start_session_cluster(_session_ray)
 
 
 def _shut_down_the_session_cluster() -> None:

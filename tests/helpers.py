@@ -413,3 +413,14 @@ def assert_the_cluster_is_free(timeout: float = 180) -> None:
                              f"alive: {alive_actors()}; placement groups: {placement_group_table()}") from None
     live = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
     assert live == []  # no leaked placement groups
+
+
+def start_session_cluster(ray):
+    """Start the session's local Ray cluster (4 logical CPUs on 2 cores, as the CLIs start a
+    local one) unless this process runs one; returns ``ray``.  ``ray_cluster`` calls it, and so
+    does a module-scoped fixture that needs the cluster (it depends on ``_session_ray``)."""
+    from platform.launch.cluster import start_ray
+
+    if not ray.is_initialized():
+        start_ray(None, num_cpus=4, log_to_driver=False)
+    return ray

@@ -6,7 +6,7 @@ model over HTTP; ``--pre-segmented`` keeps the words as given."""
 import gzip
 
 import pytest
-from helpers import require_module, run_in_process
+from helpers import require_module, run_in_process, start_session_cluster
 from servers import served_predictions
 
 from platform import parse, prepare, translate
@@ -23,10 +23,12 @@ PAIRS = 120
 
 
 @pytest.fixture(scope="module")
-def ginza_model(tanaka, tmp_path_factory):
+def ginza_model(tanaka, tmp_path_factory, _session_ray):
     """A tiny Transformer on 120 Tanaka pairs whose Japanese side GiNZA segmented from raw text
-    (``platform.parse``), the English side as the corpus gives it; the raw Japanese lines too."""
+    (``platform.parse``, a Ray job on the session's cluster), the English side as the corpus
+    gives it; the raw Japanese lines too."""
     require_module("ginza", "GiNZA (the parse extra) segments the raw Japanese")
+    start_session_cluster(_session_ray)
     from platform.tracking import model as mlflow_model
 
     directory = tmp_path_factory.mktemp("segmented")
