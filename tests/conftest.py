@@ -106,7 +106,15 @@ def pytest_runtest_setup(item):
     be a second cluster beside the Ray stream's.  Ray puts every session it starts under
     ``$RAY_TMPDIR``, which the test's process and every command it runs inherit: here a
     directory of the test's own, from before its fixtures until after their teardown
-    (``pytest_runtest_teardown``)."""
+    (``pytest_runtest_teardown``).
+
+    Under ``--dist loadgroup`` the two streams must be two groups (pytest-xdist marks each test's
+    id with its group); where they are not (pytest 9.2 no longer reads the id pytest-xdist 3.8
+    rewrites), the Ray tests would run on both workers, two clusters at once: each test fails
+    before its fixtures instead."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and item.config.getvalue("loadgroup") and "@" not in item.nodeid:
+        pytest.fail(f"pytest-xdist did not put this test into its stream (pytest {pytest.__version__}): install the "
+                    f"[dev] extra's pytest (pyproject.toml), or run with -p no:xdist", pytrace=False)
     if not _uses_ray(item):
         if os.environ.get("PYTEST_XDIST_WORKER") and os.nice(0) < 19:
             os.nice(19 - os.nice(0))
