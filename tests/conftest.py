@@ -54,6 +54,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
+    shutil.rmtree(getattr(config, "_nmt_cpu_stream_tmp", "") or "/nonexistent", ignore_errors=True)
     shutil.rmtree(getattr(config, "_nmt_password_files", "") or "/nonexistent", ignore_errors=True)
     cache = getattr(config, "_nmt_data_cache", None)
     if cache is not None:
@@ -67,10 +68,16 @@ def pytest_unconfigure(config):
 RAY_FIXTURES = {"_session_ray", *OWN_CLUSTER_FIXTURES}
 # the two streams pytest-xdist runs side by side (``-n 2 --dist loadgroup``, pyproject.toml)
 RAY_GROUP, CPU_GROUP = "ray", "cpu"
+CPU_STREAM_NICENESS = 19  # the lowest priority; Ray's own workers run at 15
 
 
 def _uses_ray(item) -> bool:
     return bool(RAY_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def _in_ray_stream(item) -> bool:
+    """The tests that use Ray, and those that bound a wall time (``timed``): at full priority."""
+    return _uses_ray(item) or item.get_closest_marker("timed") is not None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers
@@ -80,67 +87,76 @@ def pytest_collection_modifyitems(items):
     that need their own cluster run last, in their collected order, so that the session's
     cluster starts once and is never started again after them.
 
-    The tests that use Ray are one stream (``xdist_group("ray")``: one xdist worker runs them
-    all, in that order, so there is one cluster at a time); every other test is the other stream
-    (``"cpu"``), which runs beside it at the lowest CPU priority (``_cpu_stream_yields``).  A
-    Ray test spends most of its time waiting for Ray's processes to start, so the other stream
-    fills cores that would idle, and the suite's time is the Ray stream's."""
+    The suite runs as two streams side by side (pytest-xdist's ``--dist loadgroup``: each group
+    goes whole, in this order, to one worker).  The Ray stream (``xdist_group("ray")``) holds
+    the tests that use Ray, so there is one cluster at a time, and the ``timed`` ones.  Every
+    other test is the CPU stream (``"cpu"``), which runs at the lowest priority
+    (``pytest_runtest_setup``).  A Ray test spends most of its time waiting for Ray's processes
+    to start, so the CPU stream fills cores that would idle, and the suite takes about as long as
+    the Ray stream."""
     own, shared = [], []
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        ray = _uses_ray(item)
-        if ray:
+        if _uses_ray(item):
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(RAY_GROUP if ray else CPU_GROUP))
+        item.add_marker(pytest.mark.xdist_group(RAY_GROUP if _in_ray_stream(item) else CPU_GROUP))
         (own if OWN_CLUSTER_FIXTURES & fixtures else shared).append(item)
     items[:] = shared + own
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_setup(item):
-    """Under pytest-xdist, a test of the CPU stream runs at the lowest priority (niceness 19,
-    which its worker keeps: it only ever runs that stream), so the Ray stream, the suite's
-    critical path, never waits for it (Ray's own workers run at niceness 15).
+    """Under pytest-xdist, the worker that runs the CPU stream (it runs nothing else) takes, at
+    its first test, the lowest priority, so the Ray stream, the suite's critical path, never
+    waits for it; and a temporary directory of its own as ``$TMPDIR`` and ``$RAY_TMPDIR``, which
+    every command it runs inherits.  So the Ray stream's tests never see its scratch files (one
+    checks that a run leaves nothing in the temporary directory), and a Ray session there is one
+    the CPU stream started (``pytest_runtest_teardown``).
 
-    And a test of the CPU stream must not start Ray, nor may a fixture it sets up: that would
-    be a second cluster beside the Ray stream's.  Ray puts every session it starts under
-    ``$RAY_TMPDIR``, which the test's process and every command it runs inherit: here a
-    directory of the test's own, from before its fixtures until after their teardown
-    (``pytest_runtest_teardown``).
-
-    Under ``--dist loadgroup`` the two streams must be two groups (pytest-xdist marks each test's
-    id with its group); where they are not (pytest 9.2 no longer reads the id pytest-xdist 3.8
-    rewrites), the Ray tests would run on both workers, two clusters at once: each test fails
-    before its fixtures instead."""
-    if os.environ.get("PYTEST_XDIST_WORKER") and item.config.getvalue("loadgroup") and "@" not in item.nodeid:
-        pytest.fail(f"pytest-xdist did not put this test into its stream (pytest {pytest.__version__}): install the "
-                    f"[dev] extra's pytest (pyproject.toml), or run with -p no:xdist", pytrace=False)
-    if not _uses_ray(item):
-        if os.environ.get("PYTEST_XDIST_WORKER") and os.nice(0) < 19:
-            os.nice(19 - os.nice(0))
-        item._nmt_ray_tmp = (Path(tempfile.mkdtemp(prefix="nmt-no-ray-")), os.environ.get("RAY_TMPDIR"))
-        os.environ["RAY_TMPDIR"] = str(item._nmt_ray_tmp[0])
+    Under pytest-xdist the two streams must be two groups (pytest-xdist appends the group to
+    each test's id); where they are not (pytest 9.2 no longer reads the id pytest-xdist 3.8
+    rewrites; a ``--dist`` other than loadgroup), the Ray tests would run on both workers, two
+    clusters at once: each test fails before its fixtures instead."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        grouped = item.config.getvalue("loadgroup") and item.nodeid.endswith((f"@{RAY_GROUP}", f"@{CPU_GROUP}"))
+        if not grouped and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+            pytest.fail(f"pytest-xdist did not put this test into its stream (pytest {pytest.__version__}, "
+                        f"--dist {item.config.getvalue('dist')}): install the [dev] extra's pytest "
+                        f"(pyproject.toml) and run with --dist loadgroup, or with -n 0", pytrace=False)
+        if not _in_ray_stream(item):
+            _join_the_cpu_stream(item.config)
+            item._nmt_ray_sessions = _ray_sessions(item.config)
     return (yield)
+
+
+def _join_the_cpu_stream(config) -> None:
+    if getattr(config, "_nmt_cpu_stream_tmp", None) is not None:
+        return
+    if os.nice(0) < CPU_STREAM_NICENESS:
+        os.nice(CPU_STREAM_NICENESS - os.nice(0))
+    directory = tempfile.mkdtemp(prefix="pytest-cpu-stream-")  # not nmt-*: what the platform's scratch is named
+    config._nmt_cpu_stream_tmp = directory
+    os.environ["TMPDIR"] = os.environ["RAY_TMPDIR"] = directory
+    tempfile.tempdir = None  # tempfile reads $TMPDIR again
+
+
+def _ray_sessions(config) -> set[str]:
+    return {path.name for path in Path(config._nmt_cpu_stream_tmp, "ray").glob("session_*")}
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item):
-    """A Ray session under the CPU-stream test's ``$RAY_TMPDIR`` is an error of its teardown,
-    to be fixed by giving the test ``ray_cluster`` or ``own_cluster`` (``pytest_runtest_setup``)."""
-    result = yield
-    ray_tmp, previous = getattr(item, "_nmt_ray_tmp", (None, None))
-    if ray_tmp is None:
-        return result
-    if previous is None:
-        os.environ.pop("RAY_TMPDIR", None)
-    else:
-        os.environ["RAY_TMPDIR"] = previous
-    started = sorted(path.name for path in (ray_tmp / "ray").glob("session_*"))
-    shutil.rmtree(ray_tmp, ignore_errors=True)
-    if started:
-        pytest.fail(f"{item.nodeid} started Ray ({started[0]}) but uses neither ray_cluster nor own_cluster, so it "
-                    f"ran beside the Ray tests' cluster", pytrace=False)
-    return result
+    """A new Ray session under the CPU stream's ``$RAY_TMPDIR`` after a test of that stream
+    (its fixtures' teardown included) is an error of its teardown, to be fixed by giving the test
+    ``ray_cluster`` or ``own_cluster`` (``pytest_runtest_setup``)."""
+    before = getattr(item, "_nmt_ray_sessions", None)
+    try:
+        return (yield)
+    finally:
+        started = sorted(_ray_sessions(item.config) - before) if before is not None else []
+        if started:
+            pytest.fail(f"{item.nodeid} started Ray ({started[0]}) but uses neither ray_cluster nor own_cluster, "
+                        f"so it ran beside the Ray tests' cluster", pytrace=False)
 
 
 # how long after a test's timeout (pytest-timeout's SIGALRM, which fails the test and runs its

@@ -214,6 +214,7 @@ def logger_after_a_failed_send(tmp_path, monkeypatch, capsys):
             server.stop()
 
 
+@pytest.mark.timed
 def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_could_not_log(tmp_path, monkeypatch,
                                                                                             capsys):
     """After a failed send the logger queues new calls without a try for ``RETRY_AFTER_S``, then
@@ -236,6 +237,7 @@ def test_a_logger_ending_in_an_outage_asks_health_not_mlflow_and_names_what_it_c
 
 
 @pytest.mark.slow  # an outage of seconds, waited out
+@pytest.mark.timed
 def test_a_drain_waiting_through_an_outage_sends_within_seconds_of_the_servers_return(tmp_path, monkeypatch,
                                                                                       capsys):
     """A failed send puts the next try a minute away; ``drain`` (a run's last report waits in it)
@@ -262,6 +264,7 @@ def test_a_drain_waiting_through_an_outage_sends_within_seconds_of_the_servers_r
         assert logger.close() == []
 
 
+@pytest.mark.timed
 def test_a_tracking_outage_never_holds_the_caller_and_loses_nothing(tmp_path, monkeypatch):
     """RunLogger straight to a real server, MLflow's own retries left as they are (minutes of
     back-off per call): the calls return at once, and all arrive, in order, once it is back.

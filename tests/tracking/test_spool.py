@@ -4,6 +4,7 @@ across a run's end: tests/launch/test_no_shared_disk.py)."""
 
 import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 from servers import MlflowServer
 
@@ -15,6 +16,7 @@ from platform.tracking.logger import RunLogger
 from platform.tracking.spool import Spool, spool_root
 
 
+@pytest.mark.timed
 def test_records_an_outage_keeps_at_a_runs_end_reach_the_store_in_order_and_the_run_closes_only_then(tmp_path,
                                                                                                       capsys):
     """Two runs write through a server killed before their end: their loggers close at once,

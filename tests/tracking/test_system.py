@@ -2,6 +2,7 @@
 
 import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from platform.tracking import runs
@@ -9,6 +10,7 @@ from platform.tracking.logger import RunLogger
 from platform.tracking.system import SystemMetrics, node_sampler
 
 
+@pytest.mark.timed
 def test_the_sampler_logs_cpu_memory_disk_and_network_steps_under_the_node(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     run_id = runs.start_run(uri, "system", "r", {}, {}, "")
