@@ -135,6 +135,7 @@ def _join_the_cpu_stream(config) -> None:
     if os.nice(0) < CPU_STREAM_NICENESS:
         os.nice(CPU_STREAM_NICENESS - os.nice(0))
     directory = tempfile.mkdtemp(prefix="pytest-cpu-stream-")  # not nmt-*: what the platform's scratch is named
+    os.chmod(directory, 0o1777)  # as /tmp: the PostgreSQL tests' server runs as the postgres user
     config._nmt_cpu_stream_tmp = directory
     os.environ["TMPDIR"] = os.environ["RAY_TMPDIR"] = directory
     tempfile.tempdir = None  # tempfile reads $TMPDIR again
