@@ -96,3 +96,63 @@ def test_the_study_time_in_the_speed_bullet_is_the_tables(claim):
     runs, minutes = re.search(r"(\d+) runs \(\d+ updates each\); the study's wall time, training and test "
                               r"decoding: (\d+) min", CPU).groups()
     assert claim == f"The {runs} runs took {minutes} minutes" and claim in bullet("Speed")
+
+
+# ------------------------------------------------- the pooled CPU runs (benchmarks/gpu_run.py table)
+
+POOLED = PAGE[PAGE.index("<!-- CPU_RUNS_BEGIN"):PAGE.index("<!-- CPU_RUNS_END -->")]
+
+
+def pooled_tables(heading: str) -> list[dict[str, dict[str, str]]]:
+    """The markdown tables under ``#### heading`` (exactly) in the pooled CPU runs' section, each
+    by its first cell and header: the rows' table, then the comparisons' if any."""
+    (section,) = [part.split("\n", 1)[1] for part in POOLED.split("\n#### ")[1:] if part.split("\n", 1)[0] == heading]
+    tables, lines = [], []
+    for line in [*section.splitlines(), ""]:
+        if line.startswith("|"):
+            lines.append([cell.strip() for cell in line.strip("|").split(" | ")])
+        elif lines:
+            header, rows = lines[0], [cells for cells in lines[1:] if not set("".join(cells)) <= set("-:| ")]
+            tables.append({cells[0]: dict(zip(header, cells)) for cells in rows})
+            lines = []
+    return tables
+
+
+def said(start: str) -> str:
+    """The bullet of "What the pooled CPU runs say" that starts with ``start``, on one line."""
+    text = PAGE.split("### What the pooled CPU runs say")[1].split("\n## ")[0].split("\n### ")[0]
+    found = next(item for item in text.split("\n- ") if item.lstrip("- ").startswith(f"**{start}"))
+    return " ".join(found.split())
+
+
+def over_seeds(row: dict[str, str], runs: str, against: str = "its baseline") -> str:
+    """How a bullet quotes a row's primary result: its runs (``"5 and 3"``), Δ with its interval,
+    Welch's p and Holm's."""
+    return (f"{row['Δ BLEU (95% CI)']} BLEU against {against} over {runs} runs "
+            f"(Welch p {row['p (seeds)']}, Holm {row['p (Holm)']})")
+
+
+def test_the_pooled_dbsa_bullet_quotes_the_pooled_deguchi_table():
+    (rows,) = pooled_tables("Deguchi et al. 2019, Table 2 (dependency-based self-attention)")
+    base, dbsa = rows["deguchi2019/baseline"], rows["deguchi2019/enc+dec"]
+    text = said("DBSA on both sides, over seeds")
+    assert f"`enc+dec`: {over_seeds(dbsa, base['seeds'] + ' and ' + dbsa['seeds'])}" in text
+    assert (float(dbsa["p (Holm)"]) < 0.05) == ("significant after Holm's correction" in text)
+
+
+def test_the_pooled_relative_positions_bullet_quotes_both_omote_tables():
+    greedy_rows, greedy_pairs = pooled_tables("Omote et al. 2019, Table 2 (dependency-based relative positions)")
+    beam_rows, _ = pooled_tables("Omote et al. 2019, Table 2 (dependency-based relative positions), every row "
+                                 "decoded as deguchi2019/baseline decodes (beam 4, α 0.6)")
+    text = said("Relative positions, over seeds")
+    base = greedy_rows["omote2019/baseline (the deguchi2019/baseline runs)"]["seeds"]
+    for row in ("omote2019/rel", "omote2019/dep+rel"):
+        cells = greedy_rows[row]
+        assert f"`{row.split('/')[1]}` greedily: {over_seeds(cells, base + ' and ' + cells['seeds'])}" in text
+    (pair,) = greedy_pairs.values()
+    assert (f"`dep+rel` against `rel`, Omote et al.'s headline: "
+            f"{over_seeds(pair, pair['seeds'].replace(' / ', ' and '), '`rel`')}") in text
+    beam_rel = beam_rows["omote2019/rel as deguchi2019/baseline decodes"]
+    assert f"with beam 4, `rel`: {over_seeds(beam_rel, base + ' and ' + beam_rel['seeds'])}" in text
+    holm = [float(cells["p (Holm)"]) for cells in (*greedy_rows.values(), pair) if cells["p (Holm)"] != "–"]
+    assert (min(holm) >= 0.05) == ("none of the greedy comparisons is significant after Holm" in text)
