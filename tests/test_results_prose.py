@@ -12,13 +12,22 @@ PAGE = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
 CPU = PAGE[PAGE.index("<!-- STUDY_BEGIN"):PAGE.index("<!-- STUDY_END -->")]
 
 
+def markdown_tables(text: str) -> list[dict[str, dict[str, str]]]:
+    """Every markdown table in ``text``, each by its rows' first cell, then by its header."""
+    tables, lines = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            lines.append([cell.strip() for cell in line.strip("|").split(" | ")])
+        elif lines:
+            header, rows = lines[0], [cells for cells in lines[1:] if not set("".join(cells)) <= set("-:| ")]
+            tables.append({cells[0]: dict(zip(header, cells)) for cells in rows})
+            lines = []
+    return tables
+
+
 def table(title: str) -> dict[str, dict[str, str]]:
     """The first markdown table after ``### title`` in the CPU study's section, by row and header."""
-    lines = [line for line in CPU.split(f"### {title}")[1].split("###")[0].splitlines() if line.startswith("| ")]
-    header = [cell.strip() for cell in lines[0].strip("|").split(" | ")]
-    return {cells[0]: dict(zip(header, cells)) for cells in
-            ([cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2 if set(lines[1]) <= set("|-: ")
-                                                                                          else 1:])}
+    return markdown_tables(CPU.split(f"### {title}")[1].split("###")[0])[0]
 
 
 def mean(cell: str) -> float:
@@ -29,9 +38,9 @@ def std(cell: str) -> float:
     return float(cell.split(" ± ")[1].split(" ")[0])
 
 
-def bullet(start: str) -> str:
-    """The "What this says" bullet that starts with ``start``, on one line."""
-    said = PAGE.split("### What this says, and what it cannot")[1].split("\n## ")[0]
+def bullet(start: str, heading: str = "What this says, and what it cannot") -> str:
+    """The bullet that starts with ``start`` under ``### heading``, on one line."""
+    said = PAGE.split(f"### {heading}")[1].split("\n## ")[0].split("\n### ")[0]
     found = next(item for item in said.split("\n- ") if item.lstrip("- ").startswith(f"**{start}"))
     return " ".join(found.split())
 
@@ -104,25 +113,14 @@ POOLED = PAGE[PAGE.index("<!-- CPU_RUNS_BEGIN"):PAGE.index("<!-- CPU_RUNS_END --
 
 
 def pooled_tables(heading: str) -> list[dict[str, dict[str, str]]]:
-    """The markdown tables under ``#### heading`` (exactly) in the pooled CPU runs' section, each
-    by its first cell and header: the rows' table, then the comparisons' if any."""
+    """The tables under ``#### heading`` (exactly) in the pooled CPU runs' section: the rows'
+    table, then the comparisons' if any."""
     (section,) = [part.split("\n", 1)[1] for part in POOLED.split("\n#### ")[1:] if part.split("\n", 1)[0] == heading]
-    tables, lines = [], []
-    for line in [*section.splitlines(), ""]:
-        if line.startswith("|"):
-            lines.append([cell.strip() for cell in line.strip("|").split(" | ")])
-        elif lines:
-            header, rows = lines[0], [cells for cells in lines[1:] if not set("".join(cells)) <= set("-:| ")]
-            tables.append({cells[0]: dict(zip(header, cells)) for cells in rows})
-            lines = []
-    return tables
+    return markdown_tables(section)
 
 
 def said(start: str) -> str:
-    """The bullet of "What the pooled CPU runs say" that starts with ``start``, on one line."""
-    text = PAGE.split("### What the pooled CPU runs say")[1].split("\n## ")[0].split("\n### ")[0]
-    found = next(item for item in text.split("\n- ") if item.lstrip("- ").startswith(f"**{start}"))
-    return " ".join(found.split())
+    return bullet(start, "What the pooled CPU runs say")
 
 
 def over_seeds(row: dict[str, str], runs: str, against: str = "its baseline") -> str:
