@@ -155,5 +155,7 @@ def test_the_pooled_relative_positions_bullet_quotes_both_omote_tables():
     holm = [float(cells["p (Holm)"]) for cells in (*greedy_rows.values(), pair) if cells["p (Holm)"] != "–"]
     assert (min(holm) >= 0.05) == ("none of the greedy comparisons is significant after Holm" in text)
     assert (float(beam_rel["p (Holm)"]) < 0.05) == ("significant after Holm with beam 4" in text)
+    ups = [cells["Δ BLEU (95% CI)"].startswith("+") for cells in (greedy_rows["omote2019/rel"], beam_rel)]
+    assert all(ups) == ("Relative positions point up under both decodings" in text)
     low, high = (float(bound) for bound in pair["Δ BLEU (95% CI)"].split("[")[1].rstrip("]").split(", "))
     assert (low < 0 < high) == ("the interval of that difference includes zero" in text)
