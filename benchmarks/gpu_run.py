@@ -609,7 +609,21 @@ def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[
                                                  f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
     pooled = (f"{len(studies)} {kind.upper()} run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
               f"paired test pairs runs of the same {kind.upper()} run.\n\n")
-    return pooled + "\n".join(sections) + "\n" + seeds_line(studies, shared_of(studies), kind)
+    curves = (f"#### Dev BLEU by update (mean over runs)\n\n{study.curves_table(pooled_curves(studies))}\n\n"
+              "Each row's dev BLEU at each validation (the whole dev set, decoded greedily), the mean over its runs "
+              "in the tables above: how fast each model learns within the budget.\n")
+    return pooled + "\n".join(sections) + "\n" + curves + "\n" + seeds_line(studies, shared_of(studies), kind)
+
+
+def pooled_curves(studies: list[dict]) -> dict[str, dict[int, float]]:
+    """``{row: {update: dev BLEU}}``: each trained row's validations, the mean over its runs."""
+    points: dict[str, dict[int, list[float]]] = {}
+    for result in studies:
+        for run in result["study"]["runs"]:
+            for report in [] if "failed" in run else run["history"]:
+                if "dev_bleu" in report:
+                    points.setdefault(run["row"], {}).setdefault(report["step"], []).append(report["dev_bleu"])
+    return {row: study.mean_curve(points[row]) for row in study.ROWS if row in points}
 
 
 def device_difference(pooled: dict[str, list[dict]], scored: dict[str, dict]) -> str:

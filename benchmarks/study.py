@@ -12,11 +12,11 @@ recipe's decoding as ``platform.evaluate --run`` does, all in the MLflow experim
 interrupted study continues where it stopped.
 
 The tables (written between the ``STUDY_BEGIN``/``STUDY_END`` markers of ``--out``, nothing else
-of that file touched): per row, test BLEU and chrF mean ± std over the seeds, the paired tests
-against the paper's baseline on the seeds' outputs concatenated (seed s against the baseline's
-seed s; ``platform.tracking.significance``, as a sweep's confirmation stage tests), the weights of
-the last validations averaged, the DBSA heads' UAS, parameters, training tokens/s and the wall
-time per run; then dev BLEU by update (mean over seeds) and the same curves as a figure.
+of that file touched): per row, test BLEU and chrF mean ± std over the seeds, the seed-level test
+against the paper's baseline, the paired tests against it seed pair by seed pair (seed s against
+the baseline's seed s; ``platform.tracking.significance``, as a sweep's confirmation stage
+tests), the weights of the last validations averaged, the DBSA heads' UAS, parameters, training
+tokens/s and the wall time per run; then dev BLEU by update (mean over seeds) and the same curves as a figure.
 
 A sweep (``platform.tune --space papers`` with a grid over the recipes and ``--confirm``) would
 give the same tests, but it trains every row once more in its search stage before the confirmation
@@ -407,11 +407,11 @@ def redecoded(baseline: str, scored: dict[str, dict[str, Scored]], shared: dict[
 def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scored]], shared: dict[str, str],
                 tokenizer: str, seen: frozenset[str] = frozenset(), also: list[tuple[str, str]] = ()) -> str:
     """One paper's rows that ran: scores over every run of each row, the seed-level test against
-    ``baseline`` (unpaired: every run of both), and the paired tests against it on the seeds both
-    ran, their outputs concatenated in seed order (BLEU with ``tokenizer``: the one the runs' own
-    BLEU used); then the paper's ``also`` comparisons ((row, against)) whose two rows ran, tested
-    alike, in one Holm family with the rows'."""
-    from platform.tracking.significance import methods, seed_columns, seed_methods
+    ``baseline`` (unpaired: every run of both), and the paired tests against it on each seed both
+    ran (``paired_cells``; BLEU with ``tokenizer``: the one the runs' own BLEU used); then the
+    paper's ``also`` comparisons ((row, against)) whose two rows ran, tested alike, in one Holm
+    family with the rows'."""
+    from platform.tracking.significance import PAIRS_ALPHA, methods, seed_columns, seed_methods
     from platform.tracking.tables import format_table, mean_std
 
     ran = [row for row in rows if by_row.get(row)]
@@ -469,8 +469,9 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
             f"(without one, {PATIENCE}). "
             f"Primary, each row against {baseline} {seed_methods()}"
             f"{ALSO_CAPTION if compared else ''}. "
-            f"Secondary, the test set's variance only: "
-            f"p (bs), p (ar) on the seeds both ran, their outputs concatenated ({methods(tokenizer)}).\n")
+            f"Secondary, the test set's variance only: p (bs), p (ar) seed pair by seed pair (each run against "
+            f"the baseline's run of the same seed, on its own), the median p over the pairs and how many of them "
+            f"are below {PAIRS_ALPHA} ({methods(tokenizer)}).\n")
 
 
 PAIRED = ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")  # the paired tests' columns
@@ -479,20 +480,16 @@ ALSO_CAPTION = "; under the table, the paper's other comparisons, tested alike, 
 
 def paired_cells(outputs: dict[str, dict[str, dict[str, list[str]]]], baseline: str, row: str,
                  tokenizer: str) -> dict[str, str]:
-    """``row`` against ``baseline`` by the paired tests on the seeds both ran (seed s of one
-    paired with seed s of the other, sentence by sentence); "–" for the baseline itself and
-    where they share no seed."""
-    from platform.tracking.significance import significance_table
+    """``row`` against ``baseline`` by the paired tests seed pair by seed pair (seed s of one
+    against seed s of the other: ``significance.paired_by_seed``); "–" for the baseline itself
+    and where they share no seed."""
+    from platform.tracking.significance import paired_by_seed
 
     common = sorted(set(outputs[row]) & set(outputs[baseline]), key=seed_order)
     if row == baseline or not common:
         return dict.fromkeys(PAIRED, "–")
-
-    def lines(name: str, side: str) -> list[str]:
-        return [line for seed in common for line in outputs[name][seed][side]]
-
-    tested = significance_table([{}, {}], [lines(baseline, "hyp"), lines(row, "hyp")], lines(baseline, "ref"),
-                                tokenizer)[1]
+    tested = paired_by_seed([(outputs[baseline][seed]["hyp"], outputs[row][seed]["hyp"], outputs[baseline][seed]["ref"])
+                             for seed in common], tokenizer)
     return {key: tested[key] for key in PAIRED}
 
 
@@ -519,8 +516,13 @@ def dev_curves(client, by_row: dict[str, dict[str, Any]], rows: list[str]) -> di
             for point in client.get_metric_history(run.info.run_id, "dev_bleu"):
                 points.setdefault(point.step, []).append(point.value)
         if points:
-            curves[row] = {step: statistics.fmean(values) for step, values in sorted(points.items())}
+            curves[row] = mean_curve(points)
     return curves
+
+
+def mean_curve(points: dict[int, list[float]]) -> dict[int, float]:
+    """A row's curve: at each step, the mean over its runs of what they logged there."""
+    return {step: statistics.fmean(values) for step, values in sorted(points.items())}
 
 
 def curves_table(curves: dict[str, dict[int, float]]) -> str:

@@ -136,6 +136,9 @@ def test_the_pooled_dbsa_bullet_quotes_the_pooled_deguchi_table():
     text = said("DBSA on both sides, over seeds")
     assert f"`enc+dec`: {over_seeds(dbsa, base['seeds'] + ' and ' + dbsa['seeds'])}" in text
     assert (float(dbsa["p (Holm)"]) < 0.05) == ("significant after Holm's correction" in text)
+    pairs = dbsa["seeds"]  # the baseline has a run of each of enc+dec's seeds: as many pairs as enc+dec's runs
+    every = all(dbsa[key].endswith(f" ({pairs} of {pairs} < 0.05)") for key in ("BLEU p (bs)", "BLEU p (ar)"))
+    assert every == (f"below 0.05 in each of its {pairs} seed pairs by both sentence-level tests of BLEU" in text)
 
 
 def test_the_pooled_relative_positions_bullet_quotes_both_omote_tables():
@@ -159,3 +162,20 @@ def test_the_pooled_relative_positions_bullet_quotes_both_omote_tables():
     assert all(ups) == ("Relative positions point up under both decodings" in text)
     low, high = (float(bound) for bound in pair["Δ BLEU (95% CI)"].split("[")[1].rstrip("]").split(", "))
     assert (low < 0 < high) == ("the interval of that difference includes zero" in text)
+
+
+def test_the_learning_speed_bullet_quotes_the_pooled_dev_curves_and_the_converged_column():
+    (rows,) = pooled_tables("Deguchi et al. 2019, Table 2 (dependency-based self-attention)")
+    (curves,) = pooled_tables("Dev BLEU by update (mean over runs)")
+    base, dbsa = ({int(update): float(value) for update, value in curves[row].items() if update.isdigit()}
+                  for row in ("deguchi2019/baseline", "deguchi2019/enc+dec"))
+    text = said("Learning speed, not final quality")
+    converged = rows["deguchi2019/baseline"]["converged"]
+    assert converged.startswith("0 of ") and f"({converged} baseline runs)" in text
+    every = [cells["converged"] for part in POOLED.split("\n#### ")[1:] for table in markdown_tables(part)
+             for cells in table.values() if "converged" in cells]
+    assert every and all(cell.startswith("0 of ") for cell in every) == ("No run has converged" in text)
+    assert f"still gains {base[2000] - base[1750]:.2f} between 1,750 and 2,000 updates" in text
+    gaps = {update: base[update] - dbsa[update] for update in (500, 2000)}
+    assert f"trails it by {gaps[500]:.2f} at 500 updates and by {gaps[2000]:.2f} at 2,000" in text
+    assert (0 < gaps[2000] < gaps[500]) == ("a gap that narrows as training goes on" in text)

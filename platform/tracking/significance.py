@@ -36,6 +36,7 @@ BOOTSTRAP_SAMPLES = 1000
 RANDOMISATION_TRIALS = 10000
 SEED = 12345  # both tests' random generator (sacrebleu reads it from SACREBLEU_SEED)
 METRICS = ("BLEU", "chrF2")  # sacrebleu's names, the table's column prefixes
+PAIRS_ALPHA = 0.05  # the level below which ``paired_by_seed`` counts a seed pair's p
 
 
 def paired_tests(named: list[tuple[str, list[str]]], references: list[str],
@@ -92,6 +93,24 @@ def significance_table(rows: list[dict[str, Any]], hypotheses: list[list[str]], 
             cells[f"{metric} p (ar)"] = "–" if i == 0 else f"{randomisation.p_value:.4f}"
         table.append(cells)
     return table
+
+
+def paired_by_seed(pairs: list[tuple[list[str], list[str], list[str]]], tokenizer: str) -> dict[str, str]:
+    """A system against the baseline by both paired tests, seed pair by seed pair: ``pairs`` holds
+    (baseline's hypotheses, system's hypotheses, references) of each seed both ran, each pair tested
+    on its own (concatenated, the seeds' outputs would pass for one test set as many times larger,
+    and a small p would say only that).  Each p column's cell: the median p over the pairs, and
+    how many of them are below ``PAIRS_ALPHA``."""
+    tested = [significance_table([{}, {}], [baseline, system], references, tokenizer)[1]
+              for baseline, system, references in pairs]
+    return {f"{metric} p ({test})": pairs_cell([float(pair[f"{metric} p ({test})"]) for pair in tested])
+            for metric in METRICS for test in ("bs", "ar")}
+
+
+def pairs_cell(p_values: list[float]) -> str:
+    """The seed pairs' p-values of one test as a cell: their median, and how many are below ``PAIRS_ALPHA``."""
+    below = sum(p < PAIRS_ALPHA for p in p_values)
+    return f"{statistics.median(p_values):.4f} ({below} of {len(p_values)} < {PAIRS_ALPHA})"
 
 
 def test_outputs(client, run_id: str, directory: Path, kind: str = "test") -> dict[str, list[str]] | None:

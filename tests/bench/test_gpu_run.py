@@ -116,6 +116,13 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
         ["| deguchi2019/baseline", "2", "1", "s1 +0.00 |"], ["| omote2019/baseline", "2", "1", "s1 +0.00 |"],
         ["| omote2019/dep+rel", "2", "1", "s1 +0.00 |"]]
     section = section[:section.index("#### The two devices")]
+    # how fast each row learns: its dev BLEU at each validation, the mean over its runs (two copies of one here)
+    curves = section[section.index("#### Dev BLEU by update (mean over runs)"):]
+    section = section[:section.index("#### Dev BLEU by update")]
+    assert {line.split(" | ")[0].strip("| "): line.strip(" |").split(" | ")[1:] for line in curves.splitlines()
+            if line.startswith(("| deguchi2019/", "| omote2019/"))} == {
+        run["row"]: [f"{report['dev_bleu']:.2f}" for report in run["history"] if "dev_bleu" in report]
+        for run in study["runs"]}
     rows = [line for line in section.splitlines() if line.startswith("| omote2019/")]
     beam = "as deguchi2019/baseline decodes"  # Omote's table again, every row decoded with beam 4, α 0.6
     assert [row.split(" | ")[0] for row in rows] == ["| omote2019/baseline (the deguchi2019/baseline runs)",

@@ -1,8 +1,8 @@
 """benchmarks/study.py's data, budget and tables: its dataset goes through the dataset I/O layer
 (a URI is prepared and published, never a local directory named after it), every row gets the
 same budget in updates with its own recipe, the Transformer rows are also scored on averaged
-weights, as Vaswani et al. evaluate, and the table tests each row against the baseline on the
-seeds' outputs concatenated, and over seeds (Welch, Holm), from what a real MLflow store holds."""
+weights, as Vaswani et al. evaluate, and the table tests each row against the baseline over seeds
+(Welch, Holm) and seed pair by seed pair, from what a real MLflow store holds."""
 
 import os
 import time
@@ -115,7 +115,7 @@ def log_study_run(client, experiment_id: str, row: str, seed: int, outputs: dict
     return run_id
 
 
-def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_concatenated(study, tmp_path):
+def test_the_table_tests_each_row_against_its_papers_baseline_over_seeds_and_seed_pair_by_seed_pair(study, tmp_path):
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -150,7 +150,11 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     deguchi, omote = rows(text, "Deguchi"), rows(text, "Omote")
     baseline, dbsa = deguchi["deguchi2019/baseline"], deguchi["deguchi2019/enc+dec"]
     assert baseline["seeds"] == dbsa["seeds"] == "2" and baseline["decoding"] == "beam 4, α 0.6"
-    assert baseline["BLEU p (bs)"] == "–" and float(dbsa["BLEU p (bs)"]) < 0.01 and float(dbsa["BLEU p (ar)"]) < 0.01
+    def p(cell: str) -> float:  # a paired test's cell: the median p over the seed pairs, then how many are below 0.05
+        return float(cell.split(" ")[0])
+
+    assert baseline["BLEU p (bs)"] == "–" and p(dbsa["BLEU p (bs)"]) < 0.01 and p(dbsa["BLEU p (ar)"]) < 0.01
+    assert dbsa["BLEU p (bs)"].endswith(" (2 of 2 < 0.05)")  # seeds 1 and 2, each pair tested on its own
     # over seeds (the primary test): the same outputs each seed, so the gain has no spread: p 0
     assert [baseline[key] for key in ("Δ BLEU (95% CI)", "p (seeds)", "p (Holm)")] == ["–", "–", "–"]
     assert dbsa["Δ BLEU (95% CI)"].startswith("+") and dbsa["p (seeds)"] == dbsa["p (Holm)"] == "0.0000"
@@ -162,7 +166,7 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     assert study.convergence({250: 1.0, 500: 3.0, 750: 2.0, 1000: 2.9})["converged"] == 0.0
     greedy, deprel = omote["omote2019/baseline (the deguchi2019/baseline runs)"], omote["omote2019/dep+rel"]
     assert greedy["decoding"] == deprel["decoding"] == "greedy" and greedy["test BLEU"].startswith("100.00")
-    assert float(deprel["BLEU p (bs)"]) < 0.01
+    assert p(deprel["BLEU p (bs)"]) < 0.01
     assert float(deprel["test BLEU"].split(" ")[0]) < float(greedy["test BLEU"].split(" ")[0])  # worse
     assert deprel["Δ BLEU (95% CI)"].startswith("-")
     assert deprel["test BLEU"].endswith("± 0.00")  # its two seeds, not the perfect run of another budget
@@ -173,7 +177,7 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     beam_deprel = beam["omote2019/dep+rel as deguchi2019/baseline decodes"]
     assert beam_baseline["decoding"] == beam_deprel["decoding"] == "beam 4, α 0.6"
     assert beam_baseline["test BLEU"] == baseline["test BLEU"] and beam_deprel["test BLEU"].startswith("100.00")
-    assert beam_deprel["Δ BLEU (95% CI)"].startswith("+") and float(beam_deprel["BLEU p (bs)"]) < 0.01
+    assert beam_deprel["Δ BLEU (95% CI)"].startswith("+") and p(beam_deprel["BLEU p (bs)"]) < 0.01
     assert "| 2.50 | 3.50 |" in text  # dev BLEU at updates 250 and 500, mean over seeds 1 and 2
     assert (tmp_path / "img" / "curves.png").stat().st_size > 1000
     assert "8 runs (500 updates each)" in text and "deguchi2019/enc, " in text.split("Rows not run:")[1]
@@ -184,7 +188,7 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
         (line,) = [line for line in section.splitlines() if line.startswith("| ") and " against omote2019/rel" in line]
         cells = [cell.strip() for cell in line.strip("|").split(" | ")]
         assert cells[0].startswith("omote2019/dep+rel") and cells[1] == "2 / 2"
-        assert cells[2].startswith("+") and cells[3] == cells[4] == "0.0000" and float(cells[5]) < 0.05
+        assert cells[2].startswith("+") and cells[3] == cells[4] == "0.0000" and p(cells[5]) < 0.05
         assert "the paper's other comparisons, tested alike, in the same Holm family" in section
     deguchi_lines = text.split("### Deguchi")[1].split("###")[0].splitlines()
     assert not [line for line in deguchi_lines if line.startswith("| ") and " against " in line]  # none of its own
@@ -196,6 +200,12 @@ def test_the_table_tests_each_row_against_its_papers_baseline_on_the_seeds_conca
     again = rows(study.tables(args), "Deguchi")
     assert again["deguchi2019/baseline"]["seeds"] == again["deguchi2019/enc+dec"]["seeds"] == "3"  # every run
     assert again["deguchi2019/enc+dec"]["BLEU p (bs)"] == dbsa["BLEU p (bs)"]  # paired on seeds 1 and 2, as before
+    # a third seed pair whose two runs translate almost alike (three lines better, three worse): not below 0.05
+    close = [f"a cat {i} sat" if i in (0, 4, 8) else "a dog" if i in (1, 2, 3) else line
+             for i, line in enumerate(worse)]
+    log_study_run(client, experiment, "deguchi2019/enc+dec", 4, {"test": close}, ref, tmp_path, study, args)
+    cell = rows(study.tables(args), "Deguchi")["deguchi2019/enc+dec"]["BLEU p (ar)"]
+    assert cell.endswith(" (2 of 3 < 0.05)") and p(cell) < 0.01  # the median of three: one of the two small ones
 
 
 def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs_where_both_train_alike(study):

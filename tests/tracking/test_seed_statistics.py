@@ -1,11 +1,12 @@
 """Seed-level statistics (platform/tracking/significance.py): Welch's t-test over seeds with its
-confidence interval, and Holm's correction over a table's rows, against values computed by hand."""
+confidence interval, and Holm's correction over a table's rows, against values computed by hand;
+and the paired sentence-level tests, seed pair by seed pair."""
 
 import math
 
 import pytest
 
-from platform.tracking.significance import holm, seed_columns, seed_test
+from platform.tracking.significance import holm, paired_by_seed, seed_columns, seed_test, significance_table
 
 
 def test_welch_over_seeds_gives_the_hand_computed_difference_interval_and_p():
@@ -47,3 +48,19 @@ def test_a_papers_other_comparison_joins_the_tables_holm_family():
     assert [float(cell["p (Holm)"]) for cell in cells[1:]] == pytest.approx(family, abs=1e-4)
     assert float(cells[1]["p (Holm)"]) > float(alone[1]["p (Holm)"])  # a family of 3, not 2
     assert cells[1]["p (seeds)"] == alone[1]["p (seeds)"]
+
+
+def test_the_paired_tests_run_seed_pair_by_seed_pair_and_count_the_pairs_below_005():
+    reference = [f"the cat {i} sat on the mat near the door" for i in range(40)]
+    worse = [f"a dog {i} sat" for i in range(40)]
+    better = [line if i % 4 else f"the cat {i} sat" for i, line in enumerate(reference)]
+    # the third seed pair: three lines better, three worse (sacrebleu counts an exact tie as a difference)
+    close = [reference[i] if i in (0, 4, 8) else f"the cat {i} sat on the mat" if i in (1, 2, 3) else line
+             for i, line in enumerate(better)]
+    pairs = [(worse, better, reference), (worse, reference, reference), (better, close, reference)]
+    cells = paired_by_seed(pairs, "13a")
+    assert set(cells) == {"BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)"}
+    for key, cell in cells.items():
+        alone = sorted(float(significance_table([{}, {}], list(pair[:2]), pair[2], "13a")[1][key]) for pair in pairs)
+        assert cell == f"{alone[1]:.4f} (2 of 3 < 0.05)", key  # the median of the three pairs, each tested alone
+        assert alone[1] < 0.01 and alone[2] >= 0.05  # the close pair is the one not below 0.05
