@@ -411,7 +411,7 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
     ran (``paired_cells``; BLEU with ``tokenizer``: the one the runs' own BLEU used); then the
     paper's ``also`` comparisons ((row, against)) whose two rows ran, tested alike, in one Holm
     family with the rows'."""
-    from platform.tracking.significance import PAIRS_ALPHA, methods, seed_columns, seed_methods
+    from platform.tracking.significance import PAIRED, PAIRS_ALPHA, methods, seed_columns, seed_methods
     from platform.tracking.tables import format_table, mean_std
 
     ran = [row for row in rows if by_row.get(row)]
@@ -474,7 +474,6 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
             f"are below {PAIRS_ALPHA} ({methods(tokenizer)}).\n")
 
 
-PAIRED = ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")  # the paired tests' columns
 ALSO_CAPTION = "; under the table, the paper's other comparisons, tested alike, in the same Holm family"
 
 
@@ -485,12 +484,9 @@ def paired_cells(outputs: dict[str, dict[str, dict[str, list[str]]]], baseline: 
     and where they share no seed."""
     from platform.tracking.significance import paired_by_seed
 
-    common = sorted(set(outputs[row]) & set(outputs[baseline]), key=seed_order)
-    if row == baseline or not common:
-        return dict.fromkeys(PAIRED, "–")
-    tested = paired_by_seed([(outputs[baseline][seed]["hyp"], outputs[row][seed]["hyp"], outputs[baseline][seed]["ref"])
-                             for seed in common], tokenizer)
-    return {key: tested[key] for key in PAIRED}
+    common = sorted(set(outputs[row]) & set(outputs[baseline]), key=seed_order) if row != baseline else []
+    return paired_by_seed([(outputs[baseline][seed]["hyp"], outputs[row][seed]["hyp"], outputs[baseline][seed]["ref"])
+                           for seed in common], tokenizer)
 
 
 def recipe_of(label: str) -> str:

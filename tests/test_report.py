@@ -91,8 +91,8 @@ def test_every_model_is_tested_against_the_best_finished_baseline(demo_dataset, 
 
 
 def test_the_significance_table_and_its_caption_come_from_the_same_settings(monkeypatch):
-    """report and --confirm share one table: seeded tests whose resamples, trials and seed are
-    the ones its caption states."""
+    """report and --confirm (one seed pair at a time) share one table: seeded tests whose
+    resamples, trials and seed are the ones its caption states."""
     from platform.tracking import significance
 
     monkeypatch.setattr(significance, "BOOTSTRAP_SAMPLES", 40)

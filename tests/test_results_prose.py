@@ -160,8 +160,29 @@ def test_the_pooled_relative_positions_bullet_quotes_both_omote_tables():
     assert (float(beam_rel["p (Holm)"]) < 0.05) == ("significant after Holm with beam 4" in text)
     ups = [cells["Δ BLEU (95% CI)"].startswith("+") for cells in (greedy_rows["omote2019/rel"], beam_rel)]
     assert all(ups) == ("Relative positions point up under both decodings" in text)
-    low, high = (float(bound) for bound in pair["Δ BLEU (95% CI)"].split("[")[1].rstrip("]").split(", "))
-    assert (low < 0 < high) == ("the interval of that difference includes zero" in text)
+
+
+def interval(cells: dict[str, str]) -> tuple[float, float]:
+    low, high = cells["Δ BLEU (95% CI)"].split("[")[1].rstrip("]").split(", ")
+    return float(low), float(high)
+
+
+def test_the_dependency_part_bullet_quotes_omotes_comparison_under_both_decodings():
+    (_, greedy_pairs), (_, beam_pairs) = (pooled_tables(heading) for heading in (
+        "Omote et al. 2019, Table 2 (dependency-based relative positions)",
+        "Omote et al. 2019, Table 2 (dependency-based relative positions), every row decoded as deguchi2019/baseline "
+        "decodes (beam 4, α 0.6)"))
+    (greedy,), (beam,) = greedy_pairs.values(), beam_pairs.values()
+    text = said("The dependency part, over seeds")
+    low, high = interval(greedy)
+    assert (low < 0 < high) == ("as they decode, the interval of that difference includes zero" in text)
+    assert (f"With beam 4, `dep+rel` against `rel`: "
+            f"{over_seeds(beam, beam['seeds'].replace(' / ', ' and '), '`rel`')}") in text
+    assert (float(beam["p (Holm)"]) < 0.05) == ("significant after Holm, but narrowly" in text)
+    assert ("its interval almost reaches zero" in text) == (0 < interval(beam)[0] < 0.1)
+    pairs = beam["seeds"].split(" / ")[0]
+    none = all(beam[key].endswith(f" (0 of {pairs} < 0.05)") for key in ("BLEU p (bs)", "BLEU p (ar)"))
+    assert none == (f"neither sentence-level test of BLEU is below 0.05 in any of its {pairs} seed pairs" in text)
 
 
 def test_the_learning_speed_bullet_quotes_the_pooled_dev_curves_and_the_converged_column():

@@ -288,6 +288,16 @@ def test_a_papers_sweep_through_a_tracking_outage_confirms_its_best_config_on_te
     assert cells["Δ BLEU (95% CI)"].startswith(f"{over_seeds.difference:+.2f} [{over_seeds.low:+.2f}, ")
     assert cells["p (seeds)"] == cells["p (Holm)"] == f"{over_seeds.p_value:.4f}"  # one config: Holm changes nothing
     assert "Welch's t-test" in text and "the test set's variance only" in text
+    # the paired tests, secondary: seed 1 of the config against seed 1 of the baseline, seed 2 against seed 2
+    from platform.tracking.significance import PAIRED, logged_tokenizer, paired_by_seed, test_outputs
+
+    outputs = {(r.data.tags["confirm_of"], r.data.params["seed"]): test_outputs(client, r.info.run_id, tmp_path / "o")
+               for r in confirms}
+    base = [outputs[("baseline deguchi2019/baseline", seed)] for seed in ("1", "2")]
+    pairs = [(b["hyp"], outputs[(best, seed)]["hyp"], b["ref"]) for b, seed in zip(base, ("1", "2"))]
+    tokenizer = logged_tokenizer(client, confirms[0].info.run_id)
+    assert {key: cells[key] for key in PAIRED} == paired_by_seed(pairs, tokenizer)
+    assert all(re.fullmatch(r"[01]\.\d{4} \([012] of 2 < 0\.05\)", cells[key]) for key in PAIRED), cells
     assert "Confirmation on test" in out and best in out
     # --register-model: the winner (the higher mean test BLEU), its seed run with the better dev BLEU
     means_of = {config: statistics.mean(r.data.metrics["test_bleu"] for r in confirms

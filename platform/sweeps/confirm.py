@@ -8,9 +8,9 @@ its recipe's decoding (beam, length penalty), as ``platform.evaluate --run`` doe
 run then gets, per config, test BLEU and chrF as mean ± std over the seeds and, against the
 baseline (``tracking.significance``), the primary test over seeds (each seed one training run:
 the difference of the means with its 95 % CI, Welch's p, Holm's correction over the table), then
-the paired tests (bootstrap, approximate randomisation, sacrebleu) on the seeds' outputs
-concatenated (seed s of a config paired with seed s of the baseline, sentence by sentence),
-which measure the test set's variance only.
+the paired tests (bootstrap, approximate randomisation, sacrebleu) seed pair by seed pair (seed s
+of a config against seed s of the baseline, sentence by sentence, each pair on its own), which
+measure the test set's variance only.
 
 The confirmation runs are one more Ray Tune experiment, ``SWEEP-confirm``, beside the sweep's:
 a grid over (config, seed), every run an MLflow child run of the sweep tagged ``stage=confirm``
@@ -39,7 +39,7 @@ from platform.sweeps.spaces import RECIPE_KNOB
 from platform.tracking import runs, significance, store
 from platform.tracking.logger import RunLogger
 from platform.tracking.run_files import log_test_results
-from platform.tracking.significance import logged_tokenizer, methods, significance_table, test_outputs
+from platform.tracking.significance import logged_tokenizer, methods, paired_by_seed, test_outputs
 from platform.tracking.tables import format_table, mean_std, to_csv
 from platform.training.config import load_train_config
 
@@ -208,21 +208,18 @@ def _recipe(sweep, candidate: Candidate) -> str:
 def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, int], str], seeds: int) -> Confirmation:
     """Per candidate: test BLEU and chrF mean ± std over its seeds; against the baseline, the
     primary test over seeds (the difference of the means with its 95 % CI, Welch's p and Holm's
-    over the table: training's variance) and, secondary, the paired tests on the seeds' outputs
-    concatenated (the test set's variance only; ``tracking.significance``)."""
+    over the table: training's variance) and, secondary, the paired tests seed pair by seed pair
+    (the test set's variance only; ``tracking.significance.paired_by_seed``)."""
     client = store.client(sweep.tracking_uri)
-    rows, hypotheses, references, bleu = [], [], [], []
+    rows, outputs, bleu = [], [], []
     with tempfile.TemporaryDirectory(prefix="nmt-confirm-") as scratch:
         for index, candidate in enumerate(chosen):
-            run_ids = [scored[key] for key in sorted(scored) if key[0] == index]
-            metrics = [client.get_run(run_id).data.metrics for run_id in run_ids]
-            files = [test_outputs(client, run_id, Path(scratch)) for run_id in run_ids]
-            # detokenized, as the runs' own scores, the seeds concatenated
-            hypotheses.append([line for f in files for line in f["hyp"]])
-            references.append([line for f in files for line in f["ref"]])
+            keys = [key for key in sorted(scored) if key[0] == index]
+            metrics = [client.get_run(scored[key]).data.metrics for key in keys]
+            outputs.append({seed: test_outputs(client, scored[(index, seed)], Path(scratch)) for _, seed in keys})
             row = {"config": candidate.label, "recipe": _recipe(sweep, candidate),
                    **{key: candidate.knobs.get(key) for key in sweep.space.knobs if key != RECIPE_KNOB},
-                   "seeds": len(run_ids)}
+                   "seeds": len(keys)}
             for key in ("test_bleu", "test_chrf"):
                 values = [m[key] for m in metrics]
                 row[key] = mean_std(values)
@@ -230,17 +227,22 @@ def confirmation_table(sweep, chosen: list[Candidate], scored: dict[tuple[int, i
             bleu.append([m["test_bleu"] for m in metrics])
             rows.append(row)
         tokenizer = logged_tokenizer(client, scored[min(scored)])
-    sentences = len(references[0]) // max(seeds, 1) if references else 0
+    sentences = len(next(iter(outputs[0].values()))["ref"]) if outputs and outputs[0] else 0
     if not chosen or not chosen[0].is_baseline:
         return Confirmation(rows, seeds, sentences, tests="no baseline: the space names no baseline recipe, "
                                                           "so no significance test")
     for row, cells in zip(rows, significance.seed_columns(bleu)):  # the primary test: over seeds
         row.update({key: value for key, value in cells.items() if key != "BLEU"})
-    table = significance_table(rows, hypotheses, references[0], tokenizer)
-    return Confirmation(table, seeds, sentences,
+    for row, files in zip(rows, outputs):  # secondary: each seed pair on its own ("–" for the baseline)
+        common = sorted(set(files) & set(outputs[0])) if row is not rows[0] else []
+        row.update(paired_by_seed([(outputs[0][seed]["hyp"], files[seed]["hyp"], outputs[0][seed]["ref"])
+                                   for seed in common], tokenizer))
+    return Confirmation(rows, seeds, sentences,
                         tests=f"primary, each config against the baseline {significance.seed_methods()}; "
-                              f"secondary, the test set's variance only: p (bs), p (ar) on the seeds' outputs "
-                              f"concatenated ({methods(tokenizer)})")
+                              f"secondary, the test set's variance only: p (bs), p (ar) seed pair by seed pair "
+                              f"(each config's seed s against the baseline's seed s, on its own), the median p "
+                              f"over the pairs and how many are below {significance.PAIRS_ALPHA} "
+                              f"({methods(tokenizer)})")
 
 
 def shown_rows(confirmation: Confirmation) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ RANDOMISATION_TRIALS = 10000
 SEED = 12345  # both tests' random generator (sacrebleu reads it from SACREBLEU_SEED)
 METRICS = ("BLEU", "chrF2")  # sacrebleu's names, the table's column prefixes
 PAIRS_ALPHA = 0.05  # the level below which ``paired_by_seed`` counts a seed pair's p
+PAIRED = tuple(f"{metric} p ({test})" for metric in METRICS for test in ("bs", "ar"))  # ``paired_by_seed``'s cells
 
 
 def paired_tests(named: list[tuple[str, list[str]]], references: list[str],
@@ -100,11 +101,10 @@ def paired_by_seed(pairs: list[tuple[list[str], list[str], list[str]]], tokenize
     (baseline's hypotheses, system's hypotheses, references) of each seed both ran, each pair tested
     on its own (concatenated, the seeds' outputs would pass for one test set as many times larger,
     and a small p would say only that).  Each p column's cell: the median p over the pairs, and
-    how many of them are below ``PAIRS_ALPHA``."""
+    how many of them are below ``PAIRS_ALPHA``; "–" where there is no pair."""
     tested = [significance_table([{}, {}], [baseline, system], references, tokenizer)[1]
               for baseline, system, references in pairs]
-    return {f"{metric} p ({test})": pairs_cell([float(pair[f"{metric} p ({test})"]) for pair in tested])
-            for metric in METRICS for test in ("bs", "ar")}
+    return {key: pairs_cell([float(pair[key]) for pair in tested]) if tested else "–" for key in PAIRED}
 
 
 def pairs_cell(p_values: list[float]) -> str:
