@@ -78,12 +78,14 @@ def device_kind(result: dict[str, Any]) -> str:
     return "cpu" if result["meta"].get("device") == "cpu" else "gpu"
 
 
-def pooled_studies(results: list[dict[str, Any]], kind: str = "gpu") -> list[dict[str, Any]]:
-    """The results of ``kind``'s device with a study at the newest one's budget (runs of another
-    budget train another function: they are not pooled)."""
+def pooled_studies(results: list[dict[str, Any]], kind: str = "gpu", converged: bool = False) -> list[dict[str, Any]]:
+    """The results of ``kind``'s device with a study at the newest budget of its sort: early
+    stopping (``converged``: a ``patience``) or a fixed number of updates.  Runs of another budget
+    train another function: they are not pooled, and the two sorts are tabled apart."""
     studies = [result for result in results  # a study none of whose runs finished adds nothing
                if device_kind(result) == kind
-               and any("failed" not in run for run in (result.get("study") or {}).get("runs", []))]
+               and any("failed" not in run for run in (result.get("study") or {}).get("runs", []))
+               and (result["study"].get("patience") is not None) == converged]
     if not studies:
         return []
     budget = budget_of(studies[-1]["study"])
@@ -95,6 +97,15 @@ def budget_of(study: dict[str, Any]) -> dict[str, Any]:
     (files from before ``patience`` existed had none)."""
     return {"max_updates": study.get("max_updates"), "epoch_updates": study.get("epoch_updates"),
             "patience": study.get("patience")}
+
+
+def budget_words(study: dict[str, Any]) -> str:
+    """A study's budget as the docs say it."""
+    budget = budget_of(study)
+    words = f"at most {budget['max_updates']:,} updates, dev BLEU every {budget['epoch_updates']:,}"
+    if budget["patience"] is not None:
+        words += f", a run stopped after {budget['patience']} validations without a better dev BLEU"
+    return words
 
 
 def loop_table(results: list[dict[str, Any]]) -> str:

@@ -51,6 +51,12 @@ BASELINE = LOOP_ROWS[0]
 REFERENCE = gpu_results.REFERENCE  # torch.nn.Transformer at the baseline's size, compiled, in the same call
 GPU_BEGIN, GPU_END = "<!-- GPU_STUDY_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- GPU_STUDY_END -->"
 CPU_BEGIN, CPU_END = "<!-- CPU_RUNS_BEGIN: written by benchmarks/gpu_run.py table -->", "<!-- CPU_RUNS_END -->"
+# docs/results.md's sections: (device kind, converged budget) -> its markers
+SECTIONS = {("gpu", False): (GPU_BEGIN, GPU_END), ("cpu", False): (CPU_BEGIN, CPU_END),
+            ("gpu", True): ("<!-- GPU_CONVERGED_BEGIN: written by benchmarks/gpu_run.py table -->",
+                            "<!-- GPU_CONVERGED_END -->"),
+            ("cpu", True): ("<!-- CPU_CONVERGED_BEGIN: written by benchmarks/gpu_run.py table -->",
+                            "<!-- CPU_CONVERGED_END -->")}
 
 
 # What the run imports beyond the standard library: its first step (``preflight``) imports all of
@@ -574,17 +580,19 @@ def table(args) -> int:
     results = gpu_results.read_all(args.results)
     if not results:
         raise SystemExit(f"no results file in {', '.join(map(str, args.results))}")
-    pooled = {kind: gpu_results.pooled_studies(results, kind) for kind in ("gpu", "cpu")}
-    seen = study.training_targets(args.tanaka) if any(pooled.values()) else frozenset()
-    if any(pooled.values()) and not seen:
+    sorts = {converged: {kind: gpu_results.pooled_studies(results, kind, converged) for kind in ("gpu", "cpu")}
+             for converged in (False, True)}
+    any_study = any(studies for pooled in sorts.values() for studies in pooled.values())
+    seen = study.training_targets(args.tanaka) if any_study else frozenset()
+    if any_study and not seen:
         log(f"no training split at {args.tanaka}: the tables lose the 'test BLEU, unseen' column (--tanaka DIR)")
-    scored = {kind: scored_runs(studies, shared_of(studies)) for kind, studies in pooled.items() if studies}
-    for kind, (begin, end) in (("gpu", (GPU_BEGIN, GPU_END)), ("cpu", (CPU_BEGIN, CPU_END))):
-        if scored.get(kind):
+    for converged, pooled in sorts.items():
+        scored = {kind: scored_runs(studies, shared_of(studies)) for kind, studies in pooled.items() if studies}
+        for kind in scored:
             text = study_section(pooled[kind], scored[kind], kind, seen)
             if kind == "cpu" and scored.get("gpu"):
                 text += "\n" + device_difference(pooled, scored)
-            study.write_section(Path(args.out), text, begin, end)
+            study.write_section(Path(args.out), text, *SECTIONS[kind, converged])
     if any(result.get("loop") for result in results):
         study.write_section(Path(args.performance), gpu_results.loop_table(results), gpu_results.LOOP_BEGIN,
                             gpu_results.LOOP_END)
@@ -607,11 +615,14 @@ def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[
                                   "####", seen)
     runs = "; ".join(gpu_results.setting(result, f"{len(result['study']['runs'])} runs at once, "
                                                  f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
-    pooled = (f"{len(studies)} {kind.upper()} run(s) pooled, a run I:SEED being the I-th one's seed: {runs}. Each "
-              f"paired test pairs runs of the same {kind.upper()} run.\n\n")
+    pooled = (f"{len(studies)} {kind.upper()} run(s) pooled ({gpu_results.budget_words(studies[-1]['study'])}), "
+              f"a run I:SEED being the I-th one's seed: {runs}. Each paired test pairs runs of the same "
+              f"{kind.upper()} run.\n\n")
+    stopped = (" (a run stopped early counts up to its last validation)"
+               if studies[-1]["study"].get("patience") is not None else "")
     curves = (f"#### Dev BLEU by update (mean over runs)\n\n{study.curves_table(pooled_curves(studies))}\n\n"
               "Each row's dev BLEU at each validation (the whole dev set, decoded greedily), the mean over its runs "
-              "in the tables above: how fast each model learns within the budget.\n")
+              f"in the tables above{stopped}: how fast each model learns within the budget.\n")
     return pooled + "\n".join(sections) + "\n" + curves + "\n" + seeds_line(studies, shared_of(studies), kind)
 
 
