@@ -112,10 +112,10 @@ def test_the_study_time_in_the_speed_bullet_is_the_tables(claim):
 POOLED = PAGE[PAGE.index("<!-- CPU_RUNS_BEGIN"):PAGE.index("<!-- CPU_RUNS_END -->")]
 
 
-def pooled_tables(heading: str) -> list[dict[str, dict[str, str]]]:
-    """The tables under ``#### heading`` (exactly) in the pooled CPU runs' section: the rows'
-    table, then the comparisons' if any."""
-    (section,) = [part.split("\n", 1)[1] for part in POOLED.split("\n#### ")[1:] if part.split("\n", 1)[0] == heading]
+def pooled_tables(heading: str, pooled: str = POOLED) -> list[dict[str, dict[str, str]]]:
+    """The tables under ``#### heading`` (exactly) in a pooled section (by default the CPU runs'
+    at 2,000 updates): the rows' table, then the comparisons' if any."""
+    (section,) = [part.split("\n", 1)[1] for part in pooled.split("\n#### ")[1:] if part.split("\n", 1)[0] == heading]
     return markdown_tables(section)
 
 
@@ -200,3 +200,41 @@ def test_the_learning_speed_bullet_quotes_the_pooled_dev_curves_and_the_converge
     gaps = {update: base[update] - dbsa[update] for update in (500, 2000)}
     assert f"trails it by {gaps[500]:.2f} at 500 updates and by {gaps[2000]:.2f} at 2,000" in text
     assert (0 < gaps[2000] < gaps[500]) == ("a gap that narrows as training goes on" in text)
+
+
+# ------------------------------------ the CPU runs at a converged budget (benchmarks/gpu_run.py table)
+
+CONVERGED = PAGE[PAGE.index("<!-- CPU_CONVERGED_BEGIN"):PAGE.index("<!-- CPU_CONVERGED_END -->")]
+DEGUCHI_TABLE = "Deguchi et al. 2019, Table 2 (dependency-based self-attention)"
+
+
+def converged_said(start: str) -> str:
+    return bullet(start, "What the converged CPU runs say")
+
+
+def test_the_converged_dbsa_bullet_quotes_the_converged_deguchi_table_beside_the_2000_update_one():
+    (rows,) = pooled_tables(DEGUCHI_TABLE, CONVERGED)
+    (fixed,) = pooled_tables(DEGUCHI_TABLE)
+    base, dbsa = rows["deguchi2019/baseline"], rows["deguchi2019/enc+dec"]
+    text = converged_said("DBSA, trained until dev BLEU stops")
+    assert f"`enc+dec`: {over_seeds(dbsa, base['seeds'] + ' and ' + dbsa['seeds'])}" in text
+    assert f"({mean(dbsa['test BLEU']):.2f} against {mean(base['test BLEU']):.2f})" in text
+    assert (dbsa["p (Holm)"] != "–" and float(dbsa["p (Holm)"]) < 0.05) == ("significant after Holm" in text)
+    before = fixed["deguchi2019/enc+dec"]["Δ BLEU (95% CI)"]
+    assert f"At 2,000 updates the same comparison is {before}" in text
+    reversed_ = dbsa["Δ BLEU (95% CI)"].startswith("+") and before.startswith("-")
+    assert reversed_ == ("the two rows change places" in text)
+    pairs = dbsa["seeds"]
+    every = all(dbsa[key].endswith(f" ({pairs} of {pairs} < 0.05)") for key in ("BLEU p (bs)", "BLEU p (ar)"))
+    assert every == (f"below 0.05 in each of its {pairs} seed pairs by both sentence-level tests of BLEU" in text)
+
+
+def test_the_stopping_bullet_quotes_where_each_run_stopped():
+    (rows,) = pooled_tables(DEGUCHI_TABLE, CONVERGED)
+    base, dbsa = rows["deguchi2019/baseline"], rows["deguchi2019/enc+dec"]
+    text = converged_said("Where the runs stopped")
+    for name, cells in (("the baseline", base), ("`enc+dec`", dbsa)):
+        assert f"{name}: best at update {cells['best at update']}, converged {cells['converged']}" in text
+    assert dbsa["converged"].startswith("0 of ") == ("no `enc+dec` run stopped by the rule" in text)
+    converged, runs = base["converged"].split(" of ")
+    assert (converged == runs) == ("every baseline run stopped by the rule" in text)
