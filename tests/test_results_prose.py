@@ -224,6 +224,8 @@ def test_the_converged_dbsa_bullet_quotes_the_converged_deguchi_table_beside_the
     assert f"At 2,000 updates the same comparison is {before}" in text
     reversed_ = dbsa["Δ BLEU (95% CI)"].startswith("+") and before.startswith("-")
     assert reversed_ == ("the two rows change places" in text)
+    assert dbsa["Δ BLEU (95% CI)"].startswith("+") == ("the sign agrees with Deguchi et al.'s +1.0" in text)
+    assert f"{5 - int(dbsa['seeds'])} more runs of each (the target is 5)" in text
     pairs = dbsa["seeds"]
     every = all(dbsa[key].endswith(f" ({pairs} of {pairs} < 0.05)") for key in ("BLEU p (bs)", "BLEU p (ar)"))
     assert every == (f"below 0.05 in each of its {pairs} seed pairs by both sentence-level tests of BLEU" in text)
