@@ -240,3 +240,8 @@ def test_the_stopping_bullet_quotes_where_each_run_stopped():
     assert dbsa["converged"].startswith("0 of ") == ("no `enc+dec` run stopped by the rule" in text)
     converged, runs = base["converged"].split(" of ")
     assert (converged == runs) == ("every baseline run stopped by the rule" in text)
+    (curves,) = pooled_tables("Dev BLEU by update (mean over runs)", CONVERGED)
+    steps = sorted((int(update), float(value)) for update, value in curves["deguchi2019/baseline"].items()
+                   if update.isdigit() and value != "–")
+    drop = max(before - after for (_, before), (_, after) in zip(steps, steps[1:]))
+    assert 0.5 <= drop <= 1.5 and "the dev curve's ups and downs of about a BLEU point" in text
