@@ -85,7 +85,7 @@ def pooled_studies(results: list[dict[str, Any]], kind: str = "gpu", converged: 
     studies = [result for result in results  # a study none of whose runs finished adds nothing
                if device_kind(result) == kind
                and any("failed" not in run for run in (result.get("study") or {}).get("runs", []))
-               and (result["study"].get("patience") is not None) == converged]
+               and early_stopping(result["study"]) == converged]
     if not studies:
         return []
     budget = budget_of(studies[-1]["study"])
@@ -99,11 +99,16 @@ def budget_of(study: dict[str, Any]) -> dict[str, Any]:
             "patience": study.get("patience")}
 
 
+def early_stopping(study: dict[str, Any]) -> bool:
+    """Whether a study's budget is a converged one: each run stopped by its dev BLEU's patience."""
+    return study.get("patience") is not None
+
+
 def budget_words(study: dict[str, Any]) -> str:
     """A study's budget as the docs say it."""
     budget = budget_of(study)
     words = f"at most {budget['max_updates']:,} updates, dev BLEU every {budget['epoch_updates']:,}"
-    if budget["patience"] is not None:
+    if early_stopping(study):
         words += f", a run stopped after {budget['patience']} validations without a better dev BLEU"
     return words
 

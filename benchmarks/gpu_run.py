@@ -619,7 +619,7 @@ def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[
               f"a run I:SEED being the I-th one's seed: {runs}. Each paired test pairs runs of the same "
               f"{kind.upper()} run.\n\n")
     stopped = (" (a run stopped early counts up to its last validation)"
-               if studies[-1]["study"].get("patience") is not None else "")
+               if gpu_results.early_stopping(studies[-1]["study"]) else "")
     curves = (f"#### Dev BLEU by update (mean over runs)\n\n{study.curves_table(pooled_curves(studies))}\n\n"
               "Each row's dev BLEU at each validation (the whole dev set, decoded greedily), the mean over its runs "
               f"in the tables above{stopped}: how fast each model learns within the budget.\n")
