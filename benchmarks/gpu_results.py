@@ -78,18 +78,19 @@ def device_kind(result: dict[str, Any]) -> str:
     return "cpu" if result["meta"].get("device") == "cpu" else "gpu"
 
 
-def pooled_studies(results: list[dict[str, Any]], kind: str = "gpu", converged: bool = False) -> list[dict[str, Any]]:
-    """The results of ``kind``'s device with a study at the newest budget of its sort: early
-    stopping (``converged``: a ``patience``) or a fixed number of updates.  Runs of another budget
-    train another function: they are not pooled, and the two sorts are tabled apart."""
+def pooled_budgets(results: list[dict[str, Any]], kind: str = "gpu", converged: bool = False) -> list[list[dict]]:
+    """The results of ``kind``'s device with a study of one sort, early stopping (``converged``: a
+    ``patience``) or a fixed number of updates, grouped by budget: the newest budget (its newest
+    file) first.  Runs of another budget train another function: each budget is pooled and
+    tabled on its own, and none is dropped for a newer one."""
     studies = [result for result in results  # a study none of whose runs finished adds nothing
                if device_kind(result) == kind
                and any("failed" not in run for run in (result.get("study") or {}).get("runs", []))
                and early_stopping(result["study"]) == converged]
-    if not studies:
-        return []
-    budget = budget_of(studies[-1]["study"])
-    return [result for result in studies if budget_of(result["study"]) == budget]
+    budgets: dict[str, list[dict[str, Any]]] = {}
+    for result in reversed(studies):
+        budgets.setdefault(budget_key(result["study"]), []).insert(0, result)
+    return list(budgets.values())
 
 
 def budget_of(study: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +98,11 @@ def budget_of(study: dict[str, Any]) -> dict[str, Any]:
     (files from before ``patience`` existed had none)."""
     return {"max_updates": study.get("max_updates"), "epoch_updates": study.get("epoch_updates"),
             "patience": study.get("patience")}
+
+
+def budget_key(study: dict[str, Any]) -> str:
+    """A study's budget as a key: two studies' runs are pooled, or set side by side across devices, at one key."""
+    return json.dumps(budget_of(study), sort_keys=True)
 
 
 def early_stopping(study: dict[str, Any]) -> bool:

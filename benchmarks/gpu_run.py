@@ -574,25 +574,32 @@ def scored_runs(studies: list[dict], shared: dict[str, str]) -> dict:
 
 def table(args) -> int:
     """The docs from every results file (``gpu_results``): the pooled GPU studies' tables
-    (``study.paper_tables``) between the GPU markers of ``--out``, the CPU's (``GPU_RUN_DEVICE=cpu``)
-    between its CPU markers with the two devices' difference, and every loop measurement between
-    the loop markers of ``--performance``."""
+    (``study.paper_tables``), a block per budget, between the GPU markers of ``--out`` (its
+    converged budgets between their own), the CPU's (``GPU_RUN_DEVICE=cpu``) between its CPU
+    markers with the two devices' difference at each budget both ran, and every loop measurement
+    between the loop markers of ``--performance``."""
     results = gpu_results.read_all(args.results)
     if not results:
         raise SystemExit(f"no results file in {', '.join(map(str, args.results))}")
-    sorts = {converged: {kind: gpu_results.pooled_studies(results, kind, converged) for kind in ("gpu", "cpu")}
+    sorts = {converged: {kind: gpu_results.pooled_budgets(results, kind, converged) for kind in ("gpu", "cpu")}
              for converged in (False, True)}
-    any_study = any(studies for pooled in sorts.values() for studies in pooled.values())
+    any_study = any(budgets for pooled in sorts.values() for budgets in pooled.values())
     seen = study.training_targets(args.tanaka) if any_study else frozenset()
     if any_study and not seen:
         log(f"no training split at {args.tanaka}: the tables lose the 'test BLEU, unseen' column (--tanaka DIR)")
     for converged, pooled in sorts.items():
-        scored = {kind: scored_runs(studies, shared_of(studies)) for kind, studies in pooled.items() if studies}
-        for kind in scored:
-            text = study_section(pooled[kind], scored[kind], kind, seen)
-            if kind == "cpu" and scored.get("gpu"):
-                text += "\n" + device_difference(pooled, scored)
-            study.write_section(Path(args.out), text, *SECTIONS[kind, converged])
+        gpu = {gpu_results.budget_key(studies[-1]["study"]): studies for studies in pooled["gpu"]}
+        for kind, budgets in pooled.items():
+            blocks = []
+            for studies in budgets:
+                scored = scored_runs(studies, shared_of(studies))
+                text = study_section(studies, scored, kind, seen)
+                same = gpu.get(gpu_results.budget_key(studies[-1]["study"]))  # a GPU's runs at this budget
+                if kind == "cpu" and same:
+                    text += "\n" + device_difference({"cpu": scored, "gpu": scored_runs(same, shared_of(same))})
+                blocks.append(text)
+            if blocks:
+                study.write_section(Path(args.out), "\n".join(blocks), *SECTIONS[kind, converged])
     if any(result.get("loop") for result in results):
         study.write_section(Path(args.performance), gpu_results.loop_table(results), gpu_results.LOOP_BEGIN,
                             gpu_results.LOOP_END)
@@ -615,7 +622,9 @@ def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[
                                   "####", seen)
     runs = "; ".join(gpu_results.setting(result, f"{len(result['study']['runs'])} runs at once, "
                                                  f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
-    pooled = (f"{len(studies)} {kind.upper()} run(s) pooled ({gpu_results.budget_words(studies[-1]['study'])}), "
+    words = gpu_results.budget_words(studies[-1]["study"])
+    pooled = (f"### {words[0].upper()}{words[1:]}\n\n"
+              f"{len(studies)} {kind.upper()} run(s) pooled, "
               f"a run I:SEED being the I-th one's seed: {runs}. Each paired test pairs runs of the same "
               f"{kind.upper()} run.\n\n")
     stopped = (" (a run stopped early counts up to its last validation)"
@@ -637,15 +646,12 @@ def pooled_curves(studies: list[dict]) -> dict[str, dict[int, float]]:
     return {row: study.mean_curve(points[row]) for row in study.ROWS if row in points}
 
 
-def device_difference(pooled: dict[str, list[dict]], scored: dict[str, dict]) -> str:
-    """Each row that ran on both devices at one budget: its test BLEU on each, GPU minus CPU over
-    seeds (Welch's 95% interval and p), and the difference seed by seed where both ran a seed."""
+def device_difference(scored: dict[str, dict]) -> str:
+    """Each row that ran on both devices at one budget (``scored``: each device's runs at it): its
+    test BLEU on each, GPU minus CPU over seeds (Welch's 95% interval and p), and the difference
+    seed by seed where both ran a seed."""
     from platform.tracking.significance import seed_columns
 
-    budgets = {kind: gpu_results.budget_of(studies[-1]["study"]) for kind, studies in pooled.items()}
-    if budgets["gpu"] != budgets["cpu"]:
-        return (f"The CPU runs ({budgets['cpu']}) and the GPU runs ({budgets['gpu']}) were trained at different "
-                f"budgets: no difference between the devices is computed.\n")
     lines = ["| row | CPU runs | CPU test BLEU | GPU runs | GPU test BLEU | Δ GPU − CPU (95% CI) | p (Welch) "
              "| the same seed, GPU − CPU |", "|---|---|---|---|---|---|---|---|"]
     for row in [row for _, rows in study.TABLES.values() for row in rows]:

@@ -349,12 +349,16 @@ def convergence(curve: dict[int, float], patience: int | None = None) -> dict[st
 
 
 def convergence_cells(best: list[float], last: list[float], converged: list[float]) -> dict[str, str]:
-    """The tables' columns: each run's best update (of the last one), and how many converged."""
+    """The tables' columns: each run's best update (of its last one: once for the row where
+    every run ended at the same update, else run by run), and how many converged."""
     if not best:
         return {"best at update": "–", "converged": "–"}
-    ends = sorted({int(step) for step in last})
-    return {"best at update": f"{', '.join(str(int(step)) for step in best)} (of {'/'.join(map(str, ends))})",
-            "converged": f"{int(sum(converged))} of {len(converged)}"}
+    steps = [str(int(step)) for step in best]
+    if len({int(step) for step in last}) == 1:
+        cell = f"{', '.join(steps)} (of {int(last[0])})"
+    else:
+        cell = ", ".join(f"{step} (of {int(end)})" for step, end in zip(steps, last))
+    return {"best at update": cell, "converged": f"{int(sum(converged))} of {len(converged)}"}
 
 
 def seed_order(seed: str) -> list[int]:

@@ -85,8 +85,11 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     from benchmarks import gpu_results
 
     gpu_results.write(kept, {**record["meta"], "device": "NVIDIA H100 80GB HBM3", "date": "20260102-0000"}, None, study)
-    # and a CPU study at a converged budget (early stopping): tabled in a section of its own, never pooled
+    # and CPU studies at two converged budgets (early stopping): tabled in a section of their own,
+    # never pooled with the fixed budget's or with each other, the newest budget first
     gpu_results.write(kept, {**record["meta"], "date": "20260103-0000"}, None, {**study, "patience": 2})
+    gpu_results.write(kept, {**record["meta"], "date": "20260104-0000"}, None, {**study, "patience": 3,
+                                                                                "runs": study["runs"][:1]})
     results, performance, cluster = tmp_path / "results.md", tmp_path / "performance.md", tmp_path / "cluster.md"
     results.write_text("# Results\n\nwritten by hand, kept\n")
     performance.write_text("# Performance\n")
@@ -106,12 +109,19 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     ratio = baseline["tokens_per_s"] / reference["tokens_per_s"]
     assert loop_rows[0][6] == f"{ratio:.2f}×" and loop_rows[1][6] == "1.00×"  # × the same call's reference
     text = results.read_text()
-    assert "2 CPU run(s) pooled (at most 4 updates, dev BLEU every 2)," in text and "1 GPU run(s) pooled" in text
+    assert "### At most 4 updates, dev BLEU every 2\n\n2 CPU run(s) pooled, a run I:SEED" in text
+    assert "1 GPU run(s) pooled" in text
     converged = text[text.index("<!-- CPU_CONVERGED_BEGIN"):text.index("<!-- CPU_CONVERGED_END -->")]
-    assert converged.count("run(s) pooled") == 1 and "#### The two devices" not in converged  # no GPU run at it
-    assert ("1 CPU run(s) pooled (at most 4 updates, dev BLEU every 2, a run stopped after 2 validations without a "
-            "better dev BLEU), a run I:SEED being the I-th one's seed: cpu, torch") in converged
-    assert "| deguchi2019/baseline | 1 |" in converged and "(a run stopped early counts up to" in converged
+    assert "#### The two devices" not in converged  # no GPU run at these budgets
+    blocks = converged.split("\n### ")[1:]
+    assert [block.split("\n")[0] for block in blocks] == [
+        f"At most 4 updates, dev BLEU every 2, a run stopped after {patience} validations without a better dev BLEU"
+        for patience in (3, 2)]
+    for block, rows in zip(blocks, (["deguchi2019/baseline"], ["deguchi2019/baseline", "omote2019/dep+rel"])):
+        assert block.count("run(s) pooled") == 1 and "(a run stopped early counts up to" in block
+        assert [line.split(" | ")[0] for line in block.split("#### Dev BLEU")[1].splitlines()
+                if line.startswith(("| deguchi2019/", "| omote2019/"))] == [f"| {row}" for row in rows]
+        assert "| deguchi2019/baseline | 1 |" in block
     assert text.startswith("# Results\n\nwritten by hand, kept\n")
     gpu = text[text.index("<!-- GPU_STUDY_BEGIN"):text.index("<!-- GPU_STUDY_END -->")]
     assert "| deguchi2019/baseline | 1 |" in gpu and "CPU run" not in gpu

@@ -208,6 +208,16 @@ def test_the_table_tests_each_row_against_its_papers_baseline_over_seeds_and_see
     assert cell.endswith(" (2 of 3 < 0.05)") and p(cell) < 0.01  # the median of three: one of the two small ones
 
 
+def test_each_runs_best_update_is_read_against_its_own_last_update(study):
+    """Runs stopped early end at different updates: each best update stands beside its own end."""
+    assert study.convergence({250: 1.0, 500: 3.0, 750: 2.0, 1000: 2.5}, 2) == {
+        "best_step": 500.0, "last_step": 1000.0, "converged": 1.0}
+    assert study.convergence_cells([4750.0, 3750.0], [5500.0, 4500.0], [1.0, 1.0]) == {
+        "best at update": "4750 (of 5500), 3750 (of 4500)", "converged": "2 of 2"}
+    assert study.convergence_cells([2000.0, 1750.0], [2000.0, 2000.0], [0.0, 0.0])["best at update"] == (
+        "2000, 1750 (of 2000)")
+
+
 def test_a_row_decoded_as_another_is_scored_from_its_source_rows_runs_where_both_train_alike(study):
     shared = study.decoded_as(study.build_parser().parse_args([]))
     assert shared == {"omote2019/baseline": "deguchi2019/baseline"}  # at the cpu size: the same training
