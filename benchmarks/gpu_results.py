@@ -80,17 +80,18 @@ def device_kind(result: dict[str, Any]) -> str:
 
 def pooled_budgets(results: list[dict[str, Any]], kind: str = "gpu", converged: bool = False) -> list[list[dict]]:
     """The results of ``kind``'s device with a study of one sort, early stopping (``converged``: a
-    ``patience``) or a fixed number of updates, grouped by budget: the newest budget (its newest
-    file) first.  Runs of another budget train another function: each budget is pooled and
-    tabled on its own, and none is dropped for a newer one."""
+    ``patience``) or a fixed number of updates, grouped by budget, each group in its files' order:
+    the budget first run most recently first (seeds added to an older budget keep its place).
+    Runs of another budget train another function: each budget is pooled and tabled on its own,
+    and none is dropped for a newer one."""
     studies = [result for result in results  # a study none of whose runs finished adds nothing
                if device_kind(result) == kind
                and any("failed" not in run for run in (result.get("study") or {}).get("runs", []))
                and early_stopping(result["study"]) == converged]
     budgets: dict[str, list[dict[str, Any]]] = {}
-    for result in reversed(studies):
-        budgets.setdefault(budget_key(result["study"]), []).insert(0, result)
-    return list(budgets.values())
+    for result in studies:
+        budgets.setdefault(budget_key(result["study"]), []).append(result)
+    return list(reversed(budgets.values()))
 
 
 def budget_of(study: dict[str, Any]) -> dict[str, Any]:

@@ -109,7 +109,14 @@ def test_the_study_time_in_the_speed_bullet_is_the_tables(claim):
 
 # ------------------------------------------------- the pooled CPU runs (benchmarks/gpu_run.py table)
 
-POOLED = PAGE[PAGE.index("<!-- CPU_RUNS_BEGIN"):PAGE.index("<!-- CPU_RUNS_END -->")]
+def budget_block(section: str, title: str) -> str:
+    """The block of a pooled section whose budget's ``### At most ...`` title contains ``title``."""
+    (block,) = [part for part in section.split("\n### ")[1:] if title in part.split("\n", 1)[0]]
+    return block
+
+
+POOLED = budget_block(PAGE[PAGE.index("<!-- CPU_RUNS_BEGIN"):PAGE.index("<!-- CPU_RUNS_END -->")],
+                      "At most 2,000 updates")
 
 
 def pooled_tables(heading: str, pooled: str = POOLED) -> list[dict[str, dict[str, str]]]:
@@ -211,9 +218,7 @@ DEGUCHI_TABLE = "Deguchi et al. 2019, Table 2 (dependency-based self-attention)"
 def converged_tables(heading: str, patience: int) -> list[dict[str, dict[str, str]]]:
     """The tables under ``#### heading`` in the converged section's block of the budget with this
     patience (a block per budget, each under its ``### At most ...`` title)."""
-    (block,) = [part for part in CONVERGED.split("\n### ")[1:]
-                if f"a run stopped after {patience} validations" in part.split("\n", 1)[0]]
-    return pooled_tables(heading, block)
+    return pooled_tables(heading, budget_block(CONVERGED, f"a run stopped after {patience} validations"))
 
 
 def converged_said(start: str) -> str:

@@ -90,6 +90,9 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     gpu_results.write(kept, {**record["meta"], "date": "20260103-0000"}, None, {**study, "patience": 2})
     gpu_results.write(kept, {**record["meta"], "date": "20260104-0000"}, None, {**study, "patience": 3,
                                                                                 "runs": study["runs"][:1]})
+    # and a GPU's study at the first of them: the two devices are set side by side at that budget only
+    gpu_results.write(kept, {**record["meta"], "device": "NVIDIA H100 80GB HBM3", "date": "20260105-0000"}, None,
+                      {**study, "patience": 2})
     results, performance, cluster = tmp_path / "results.md", tmp_path / "performance.md", tmp_path / "cluster.md"
     results.write_text("# Results\n\nwritten by hand, kept\n")
     performance.write_text("# Performance\n")
@@ -112,8 +115,8 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     assert "### At most 4 updates, dev BLEU every 2\n\n2 CPU run(s) pooled, a run I:SEED" in text
     assert "1 GPU run(s) pooled" in text
     converged = text[text.index("<!-- CPU_CONVERGED_BEGIN"):text.index("<!-- CPU_CONVERGED_END -->")]
-    assert "#### The two devices" not in converged  # no GPU run at these budgets
     blocks = converged.split("\n### ")[1:]
+    assert ["#### The two devices" in block for block in blocks] == [False, True]  # the GPU ran at patience 2
     assert [block.split("\n")[0] for block in blocks] == [
         f"At most 4 updates, dev BLEU every 2, a run stopped after {patience} validations without a better dev BLEU"
         for patience in (3, 2)]
@@ -126,6 +129,7 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     gpu = text[text.index("<!-- GPU_STUDY_BEGIN"):text.index("<!-- GPU_STUDY_END -->")]
     assert "| deguchi2019/baseline | 1 |" in gpu and "CPU run" not in gpu
     section = text[text.index("<!-- CPU_RUNS_BEGIN"):text.index("<!-- CPU_RUNS_END -->")]
+    assert section.index("commit 0000000 (20260101-0000)") < section.index("commit abc1234")  # I:SEED in file order
     # the devices side by side: 2 CPU runs and 1 GPU run of each row, seed 1 on both (the same outputs here)
     devices = section[section.index("#### The two devices"):]
     assert [line.split(" | ")[:2] + line.split(" | ")[3:4] + line.split(" | ")[-1:] for line in devices.splitlines()
