@@ -122,7 +122,8 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
         for patience in (3, 2)]
     for block, rows in zip(blocks, (["deguchi2019/baseline"], ["deguchi2019/baseline", "omote2019/dep+rel"])):
         assert block.count("run(s) pooled") == 1 and "(a run stopped early counts up to" in block
-        assert [line.split(" | ")[0] for line in block.split("#### Dev BLEU")[1].splitlines()
+        curves = block.split("#### Dev BLEU")[1].split("#### The two devices")[0]
+        assert [line.split(" | ")[0] for line in curves.splitlines()
                 if line.startswith(("| deguchi2019/", "| omote2019/"))] == [f"| {row}" for row in rows]
         assert "| deguchi2019/baseline | 1 |" in block
     assert text.startswith("# Results\n\nwritten by hand, kept\n")
