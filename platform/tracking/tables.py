@@ -18,9 +18,11 @@ def number(value: Any) -> str:
 
 
 def mean_std(values: list[float]) -> str:
-    """Values over seeds as ``mean ± standard deviation`` (n - 1; 0 for one value)."""
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.2f} ± {spread:.2f}"
+    """Values over seeds as ``mean ± standard deviation`` (n - 1); one value alone, with no
+    spread to show (``± 0.00`` would claim seeds that agree)."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.fmean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

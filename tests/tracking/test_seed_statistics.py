@@ -33,6 +33,7 @@ def test_the_seed_columns_test_each_row_against_the_first_and_correct_over_the_t
     assert cells[1]["Δ BLEU (95% CI)"] == "+1.00 [-0.13, +2.13]" and cells[1]["p (seeds)"] == "0.0705"
     assert float(cells[1]["p (Holm)"]) == pytest.approx(2 * 0.07048, abs=2e-4)  # the smaller of 2 tested: × 2
     assert cells[3]["p (seeds)"] == "–" and cells[3]["Δ BLEU (95% CI)"] == "+2.50"  # one seed: no interval
+    assert cells[3]["BLEU"] == "25.00"  # and no spread: "± 0.00" would claim seeds that agree
 
 
 def test_a_papers_other_comparison_joins_the_tables_holm_family():
