@@ -258,3 +258,40 @@ def test_the_stopping_bullet_quotes_where_each_run_stopped():
                    if update.isdigit() and value != "–")
     drop = max(before - after for (_, before), (_, after) in zip(steps, steps[1:]))
     assert 0.5 <= drop <= 1.5 and "the dev curve's ups and downs of about a BLEU point" in text
+    (longer,) = converged_tables(DEGUCHI_TABLE, 6)
+    later = int(longer["deguchi2019/baseline"]["best at update"].split(" ")[0]) > max(stops(base))
+    assert later == ("as the patience-6 run above shows" in text)
+
+
+def stops(cells: dict[str, str]) -> list[int]:
+    """The update each run of a row stopped at, from its ``best at update`` cell."""
+    return [int(end.replace(",", "")) for end in re.findall(r"\(of (\d+)\)", cells["best at update"])]
+
+
+def test_the_longer_patience_bullet_quotes_its_block_beside_the_patience_3_one():
+    (rows,) = converged_tables(DEGUCHI_TABLE, 6)
+    (before,) = converged_tables(DEGUCHI_TABLE, 3)
+    base, dbsa = rows["deguchi2019/baseline"], rows["deguchi2019/enc+dec"]
+    base3, dbsa3 = before["deguchi2019/baseline"], before["deguchi2019/enc+dec"]
+    text = converged_said("A longer patience")
+    runs = f"{base['seeds']} and {dbsa['seeds']}"
+    assert (f"`enc+dec`: {dbsa['Δ BLEU (95% CI)']} BLEU against its baseline over {runs} runs "
+            f"({mean(dbsa['test BLEU']):.2f} against {mean(base['test BLEU']):.2f})") in text
+    assert (dbsa["p (seeds)"] == "–") == ("one seed pair, so no test over seeds yet" in text)
+    single = all(dbsa[key] == f"{dbsa[key].split(' ')[0]} (1 of 1 < 0.05)" for key in ("BLEU p (bs)", "BLEU p (ar)"))
+    assert single == ("below 0.05 in that pair by both sentence-level tests of BLEU" in text)
+    for name, cells in (("The baseline", base), ("`enc+dec`", dbsa)):
+        assert f"{name}: best at update {cells['best at update']}, converged {cells['converged']}" in text
+    ends = sorted(stops(base3))
+    past = int(base["best at update"].split(" ")[0]) > max(ends)
+    assert past == (f"past where patience 3 had stopped both of its runs (at {ends[0]:,} and {ends[1]:,} updates)"
+                    in text)
+    gain = mean(base["test BLEU"]) - mean(base3["test BLEU"])
+    assert (f"scores {gain:.2f} above their mean ({mean(base['test BLEU']):.2f} against "
+            f"{mean(base3['test BLEU']):.2f}), so patience 3 stopped the baselines too early") in text
+    assert gain > 0.5
+    assert f"`enc+dec` gained even more ({mean(dbsa['test BLEU']):.2f} against {mean(dbsa3['test BLEU']):.2f})" in text
+    assert mean(dbsa["test BLEU"]) - mean(dbsa3["test BLEU"]) > gain
+    delta, delta3 = dbsa["Δ BLEU (95% CI)"], dbsa3["Δ BLEU (95% CI)"].split(" ")[0]
+    assert float(delta) > float(delta3) and f"the gap widens: {delta} against {delta3} at patience 3" in text
+    assert dbsa["converged"].startswith("0 of ") == ("its score at 12,000 updates is again not its ceiling" in text)
