@@ -278,7 +278,8 @@ def table(lines: list[dict]) -> str:
         cells = []
         for update in updates:
             scores = [line["dev_bleu"] for line in mine if line["update"] == update]
-            cells.append(f"{statistics.fmean(scores):.1f} ± {statistics.pstdev(scores):.1f}" if scores else "–")
+            spread = f" ± {statistics.pstdev(scores):.1f}" if len(scores) > 1 else ""  # one seed: no spread to show
+            cells.append(f"{statistics.fmean(scores):.1f}{spread}" if scores else "–")
         last = max(line["update"] for line in mine)
         speed = statistics.fmean(line["tokens_per_s"] for line in mine if line["update"] == last)
         seeds = len({line["seed"] for line in mine})
