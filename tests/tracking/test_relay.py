@@ -40,7 +40,10 @@ def test_the_relay_lives_while_its_command_holds_it_and_goes_after(ray_cluster, 
         found = relay.find_relay(uri)
         return found is not None and ray.get(found.call.remote("search_experiments")) is not None
 
-    with relay.held_relay(uri):
+    with relay.held_relay(uri) as held:
+        # up and answering, as a command's first call finds it (Ray creates the actor in the background:
+        # on a busy machine it can still be PENDING_CREATION after the control actor below has come and gone)
+        assert ray.get(held.call.remote("search_experiments")) is not None
         a_dropped_actor_was_torn_down(ray, tmp_path, "first")
         assert actor_state(relay.relay_name(uri)) == "ALIVE"
         assert ray.get(look_up.remote(uri)), "the relay was torn down while its command held it"
