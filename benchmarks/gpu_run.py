@@ -624,8 +624,7 @@ def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[
                                                  f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
     words = gpu_results.budget_words(studies[-1]["study"])
     pooled = (f"### {words[0].upper()}{words[1:]}\n\n"
-              f"{len(studies)} {kind.upper()} run(s) pooled, "
-              f"a run I:SEED being the I-th one's seed: {runs}. Each paired test pairs runs of the same "
+              f"{len(studies)} {kind.upper()} run(s) pooled: {runs}. Each paired test pairs runs of the same "
               f"{kind.upper()} run.\n\n")
     stopped = (" (a run stopped early counts up to its last validation)"
                if gpu_results.early_stopping(studies[-1]["study"]) else "")
@@ -674,18 +673,24 @@ def device_difference(scored: dict[str, dict]) -> str:
 
 
 def seeds_line(studies: list[dict], shared: dict[str, str], kind: str = "gpu") -> str:
-    """How many runs each row has against its target (``gpu_run study`` trains what is missing)."""
-    counts: dict[str, int] = {}
+    """How many runs each row has against its target, and their seed numbers (``gpu_run study``
+    trains what is missing): a GPU's line names every row of the papers' tables, a CPU's the
+    headline rows and any other row it ran."""
+    seeds: dict[str, list[int]] = {}
     for result in studies:
         for run in result["study"]["runs"]:
             if "failed" not in run:
-                counts[run["row"]] = counts.get(run["row"], 0) + 1
-    rows = [row for row in study.ROWS if row not in shared and (kind == "gpu" or counts.get(row))]
+                seeds.setdefault(run["row"], []).append(run["seed"])
+    rows = [row for row in study.ROWS if row not in shared and (kind == "gpu" or row in seeds or row in HEADLINE_ROWS)]
     targets = seed_targets(rows, SEEDS, HEADLINE_SEEDS)
     command = "`gpu_run study`" if kind == "gpu" else "`GPU_RUN_DEVICE=cpu gpu_run study`"
+
+    def runs(row: str) -> str:
+        numbers = seeds.get(row, [])
+        return f"{row} {len(numbers)}/{targets[row]}" + (f" (seeds {', '.join(map(str, numbers))})" if numbers else "")
+
     return (f"Runs so far of each row, against its target over {kind.upper()} runs (5 for the headline rows, 3 for "
-            f"the others; {command} trains what is missing): "
-            + ", ".join(f"{row} {counts.get(row, 0)}/{targets[row]}" for row in rows) + ".\n")
+            f"the others; {command} trains what is missing): " + ", ".join(map(runs, rows)) + ".\n")
 
 
 def results_file(args, loop_result: dict | None, study_result: dict | None) -> Path:

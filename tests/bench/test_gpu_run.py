@@ -112,7 +112,10 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     ratio = baseline["tokens_per_s"] / reference["tokens_per_s"]
     assert loop_rows[0][6] == f"{ratio:.2f}×" and loop_rows[1][6] == "1.00×"  # × the same call's reference
     text = results.read_text()
-    assert "### At most 4 updates, dev BLEU every 2\n\n2 CPU run(s) pooled, a run I:SEED" in text
+    assert "### At most 4 updates, dev BLEU every 2\n\n2 CPU run(s) pooled: " in text
+    # each row's runs and seed numbers; the CPU's line names the headline rows it has not run too
+    assert ("trains what is missing): deguchi2019/baseline 2/5 (seeds 1, 1), deguchi2019/enc+dec 0/5, omote2019/rel "
+            "0/5, omote2019/dep+rel 2/5 (seeds 1, 1).") in text
     assert "1 GPU run(s) pooled" in text
     converged = text[text.index("<!-- CPU_CONVERGED_BEGIN"):text.index("<!-- CPU_CONVERGED_END -->")]
     blocks = converged.split("\n### ")[1:]
@@ -130,7 +133,7 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     gpu = text[text.index("<!-- GPU_STUDY_BEGIN"):text.index("<!-- GPU_STUDY_END -->")]
     assert "| deguchi2019/baseline | 1 |" in gpu and "CPU run" not in gpu
     section = text[text.index("<!-- CPU_RUNS_BEGIN"):text.index("<!-- CPU_RUNS_END -->")]
-    assert section.index("commit 0000000 (20260101-0000)") < section.index("commit abc1234")  # I:SEED in file order
+    assert section.index("commit 0000000 (20260101-0000)") < section.index("commit abc1234")  # the files in order
     # the devices side by side: 2 CPU runs and 1 GPU run of each row, seed 1 on both (the same outputs here)
     devices = section[section.index("#### The two devices"):]
     assert [line.split(" | ")[:2] + line.split(" | ")[3:4] + line.split(" | ")[-1:] for line in devices.splitlines()
