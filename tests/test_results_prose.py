@@ -1,6 +1,8 @@
-"""docs/results.md's prose says what its tables say: every figure its "What this says" bullets
-quote is read back here from the tables of the same page (written by benchmarks/study.py), so
-a rerun of the study that changes a table fails here until the prose follows."""
+"""docs/results.md's prose says what its tables say: every figure its bullets quote (the first
+study's "What this says", the pooled and the converged CPU runs' "What ... say") and the
+figures of its other paragraphs are read back here from the tables of the same page (written by
+benchmarks/study.py and benchmarks/gpu_run.py table), so a new results file or a rerun that
+changes a table fails here until the prose follows."""
 
 import re
 
@@ -325,3 +327,42 @@ def test_the_longer_patience_bullet_quotes_its_block_beside_the_patience_3_one()
     delta, delta3 = dbsa["Δ BLEU (95% CI)"], dbsa3["Δ BLEU (95% CI)"].split(" ")[0]
     assert float(delta) > float(delta3) and f"the gap widens: {delta} against {delta3} at patience 3" in text
     assert dbsa["converged"].startswith("0 of ") == ("its score at 12,000 updates is again not its ceiling" in text)
+
+
+# ------------------------------------------------------- the page's other figures, from its tables
+
+def calls(block: str) -> list[tuple[int, float]]:
+    """``(runs at once, minutes)`` of each results file a pooled block lists under its title."""
+    return [(int(runs), float(minutes)) for runs, minutes in re.findall(r"(\d+) runs at once, ([\d.]+) min", block)]
+
+
+def test_how_long_a_cpu_call_takes_is_the_fixed_budgets_calls():
+    by_runs: dict[int, list[float]] = {}
+    for runs, minutes in calls(POOLED.split("\n\n")[1]):
+        by_runs.setdefault(runs, []).append(minutes)
+
+    def span(runs: int) -> str:
+        low, high = (f"{value:.0f}" for value in (min(by_runs[runs]), max(by_runs[runs])))
+        return low if low == high else f"{low} to {high}"
+
+    assert sorted(by_runs) == [2, 3, 4]
+    text = " ".join(PAGE.split("A call trains what the CPU's files lack")[1].split("\n\n")[0].split())
+    assert f"a pair of runs takes {span(2)} minutes, three {span(3)}, four {span(4)} (the calls listed" in text
+
+
+GPU = PAGE[PAGE.index("<!-- GPU_STUDY_BEGIN"):PAGE.index("<!-- GPU_STUDY_END -->")]
+
+
+def test_the_gpu_budget_paragraph_quotes_the_first_gpu_call_and_the_models_size():
+    text = " ".join(PAGE.split("The runs so far stop at 2,000 updates")[1].split("\n\n")[0].split())
+    (runs, minutes), *_ = calls(budget_block(GPU, "At most 2,000 updates").split("\n\n")[1])
+    assert f"the first GPU call took {minutes} min for 2,000 updates of {runs} runs at once" in text
+    params = int(markdown_tables(GPU)[0]["deguchi2019/baseline"]["params"].replace(",", ""))
+    assert f"about {params * 4 * 3 / 1e6:.0f} MB ({params / 1e6:.2f}M parameters in float32, three times over)" in text
+
+
+def test_the_overlap_of_test_and_training_is_the_tables():
+    (overlap,) = set(re.findall(r"without the (\d+) test pairs whose reference is also a training target", PAGE))
+    (test_pairs,) = re.findall(r"50,000 / 500 / (\d+) ja→en pairs", PAGE)
+    assert f"{overlap} of the {test_pairs} test references are also training targets, verbatim" in " ".join(
+        PAGE.split())
