@@ -366,3 +366,24 @@ def test_the_overlap_of_test_and_training_is_the_tables():
     (test_pairs,) = re.findall(r"50,000 / 500 / (\d+) ja→en pairs", PAGE)
     assert f"{overlap} of the {test_pairs} test references are also training targets, verbatim" in " ".join(
         PAGE.split())
+
+
+def runs_line(block: str) -> dict[str, int]:
+    """``{row: runs}`` from a block's "Runs so far of each row" line."""
+    line = block.split("Runs so far of each row")[1].split("trains what is missing): ")[1].split(".\n")[0]
+    return {row: int(count.split("/")[0]) for row, count in (item.split(" ")[:2] for item in line.split(", ")
+                                                             if "/" in item)}
+
+
+def test_the_intro_counts_the_rows_each_device_has_run():
+    gpu = runs_line(budget_block(GPU, "At most 2,000 updates"))
+    cpu = {row for part in (POOLED, *CONVERGED.split("\n### ")[1:]) for row, runs in runs_line(part).items() if runs}
+    ran_gpu = {row for row, runs in gpu.items() if runs}
+    none = [row for row in gpu if row not in cpu | ran_gpu]
+    text = " ".join(PAGE.split("Most of the four papers' rows have no answer yet")[1].split("\n\n")[0].split())
+    assert (f"of the {len(gpu)} rows that train (Omote's baseline is the runs of Deguchi's), the CPU has run "
+            f"{len(cpu)} (the two papers' headline rows) and the GPU {len(ran_gpu)}, and {len(none)} have no run on "
+            "either device") in text
+    assert cpu <= {"deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel"}
+    whole = all(row in none for row in gpu if row.startswith(("yang2017/", "currey2018/")))
+    assert whole == ("Yang et al.'s and Currey and Heafield's tables whole among them" in text)
