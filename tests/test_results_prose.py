@@ -270,7 +270,9 @@ def test_the_converged_dbsa_bullet_quotes_the_converged_deguchi_table_beside_the
     reversed_ = dbsa["Δ BLEU (95% CI)"].startswith("+") and before.startswith("-")
     assert reversed_ == ("the two rows change places" in text)
     assert dbsa["Δ BLEU (95% CI)"].startswith("+") == ("the sign agrees with Deguchi et al.'s +1.0" in text)
-    assert f"{5 - int(dbsa['seeds'])} more runs of each (the target is 5)" in text
+    assert "This budget gets no more runs: the seeds go to the patience-6 budget above" in text
+    low, high = interval(dbsa)
+    assert (reversed_ and low < 0 < high) == ("change places in the means (the interval still includes zero)" in text)
     pairs = dbsa["seeds"]
     every = all(dbsa[key].endswith(f" ({pairs} of {pairs} < 0.05)") for key in ("BLEU p (bs)", "BLEU p (ar)"))
     assert every == (f"below 0.05 in each of its {pairs} seed pairs by both sentence-level tests of BLEU" in text)
@@ -291,13 +293,19 @@ def test_the_stopping_bullet_quotes_where_each_run_stopped():
     drop = max(before - after for (_, before), (_, after) in zip(steps, steps[1:]))
     assert 0.5 <= drop <= 1.5 and "the dev curve's ups and downs of about a BLEU point" in text
     (longer,) = converged_tables(DEGUCHI_TABLE, 6)
-    later = int(longer["deguchi2019/baseline"]["best at update"].split(" ")[0]) > max(stops(base))
-    assert later == ("as the patience-6 run above shows" in text)
+    seeds6, seeds3 = (seeds_of(budget_block(CONVERGED, f"a run stopped after {p} validations"),
+                               "deguchi2019/baseline") for p in (6, 3))
+    ends3 = dict(zip(seeds3, stops(base)))
+    later = all(best > ends3[seed] for seed, best in zip(seeds6, bests(longer["deguchi2019/baseline"])))
+    assert later == ("as the patience-6 runs above show" in text)
 
 
 def stops(cells: dict[str, str]) -> list[int]:
-    """The update each run of a row stopped at, from its ``best at update`` cell."""
-    return [int(end.replace(",", "")) for end in re.findall(r"\(of (\d+)\)", cells["best at update"])]
+    """The update each run of a row stopped at, from its ``best at update`` cell: each run's own
+    "(of N)", or one after the last run where every run stopped at N."""
+    ends = [int(end) for end in re.findall(r"\(of (\d+)\)", cells["best at update"])]
+    runs = len(bests(cells))
+    return ends if len(ends) == runs else ends * runs
 
 
 def test_the_longer_patience_bullet_quotes_its_block_beside_the_patience_3_one():
@@ -306,27 +314,64 @@ def test_the_longer_patience_bullet_quotes_its_block_beside_the_patience_3_one()
     base, dbsa = rows["deguchi2019/baseline"], rows["deguchi2019/enc+dec"]
     base3, dbsa3 = before["deguchi2019/baseline"], before["deguchi2019/enc+dec"]
     text = converged_said("A longer patience")
+    pairs = int(dbsa["seeds"])
+    assert f"**A longer patience, {pairs} seed pair{'s' if pairs > 1 else ''} so far.**" in text
     runs = f"{base['seeds']} and {dbsa['seeds']}"
-    assert (f"`enc+dec`: {dbsa['Δ BLEU (95% CI)']} BLEU against its baseline over {runs} runs "
-            f"({mean(dbsa['test BLEU']):.2f} against {mean(base['test BLEU']):.2f})") in text
+    quoted = over_seeds(dbsa, runs) if dbsa["p (seeds)"] != "–" else f"{dbsa['Δ BLEU (95% CI)']} BLEU against its " \
+        f"baseline over {runs} runs"
+    assert f"`enc+dec`: {quoted} ({mean(dbsa['test BLEU']):.2f} against {mean(base['test BLEU']):.2f})" in text
     assert (dbsa["p (seeds)"] == "–") == ("one seed pair, so no test over seeds yet" in text)
-    single = all(dbsa[key] == f"{dbsa[key].split(' ')[0]} (1 of 1 < 0.05)" for key in ("BLEU p (bs)", "BLEU p (ar)"))
-    assert single == ("below 0.05 in that pair by both sentence-level tests of BLEU" in text)
+    significant = dbsa["p (Holm)"] != "–" and float(dbsa["p (Holm)"]) < 0.05
+    assert (dbsa["p (Holm)"] != "–" and not significant) == (
+        f"not significant over seeds with {'two' if pairs == 2 else pairs} runs a side" in text)
+    (below,) = {re.search(r"\((\d+) of \d+ < 0.05\)", dbsa[key]).group(1) for key in ("BLEU p (bs)", "BLEU p (ar)")}
+    said_below = ("below 0.05 in that pair" if pairs == 1 else f"below 0.05 in each of its {pairs} seed pairs"
+                  if int(below) == pairs else f"below 0.05 in {below} of its {pairs} seed pairs")
+    assert f"{said_below} by both sentence-level tests of BLEU" in text
     for name, cells in (("The baseline", base), ("`enc+dec`", dbsa)):
         assert f"{name}: best at update {cells['best at update']}, converged {cells['converged']}" in text
-    ends = sorted(stops(base3))
-    past = int(base["best at update"].split(" ")[0]) > max(ends)
-    assert past == (f"past where patience 3 had stopped both of its runs (at {ends[0]:,} and {ends[1]:,} updates)"
-                    in text)
+    # each patience-6 baseline against the patience-3 run of its seed (the blocks' seeds lines)
+    seeds6, seeds3 = (seeds_of(budget_block(CONVERGED, f"a run stopped after {p} validations"),
+                               "deguchi2019/baseline") for p in (6, 3))
+    ends3 = dict(zip(seeds3, stops(base3)))
+    past = all(best > ends3[seed] for seed, best in zip(seeds6, bests(base)))
+    ends = spoken([f"{ends3[seed]:,}" for seed in seeds6])
+    assert past == (f"Each baseline run found new bests past where patience 3 had stopped the run of its seed (at "
+                    f"{ends} updates)" in text)
     gain = mean(base["test BLEU"]) - mean(base3["test BLEU"])
-    assert (f"scores {gain:.2f} above their mean ({mean(base['test BLEU']):.2f} against "
+    assert (f"score {gain:.2f} above the patience-3 mean ({mean(base['test BLEU']):.2f} against "
             f"{mean(base3['test BLEU']):.2f}), so patience 3 stopped the baselines too early") in text
-    assert gain > 0.5
-    assert f"`enc+dec` gained even more ({mean(dbsa['test BLEU']):.2f} against {mean(dbsa3['test BLEU']):.2f})" in text
-    assert mean(dbsa["test BLEU"]) - mean(dbsa3["test BLEU"]) > gain
-    delta, delta3 = dbsa["Δ BLEU (95% CI)"], dbsa3["Δ BLEU (95% CI)"].split(" ")[0]
-    assert float(delta) > float(delta3) and f"the gap widens: {delta} against {delta3} at patience 3" in text
-    assert dbsa["converged"].startswith("0 of ") == ("its score at 12,000 updates is again not its ceiling" in text)
+    assert past and gain > 0.5
+    more = compared(mean(dbsa["test BLEU"]) - mean(dbsa3["test BLEU"]), gain, ("less", "about as much", "even more"))
+    assert f"`enc+dec` gained {more} ({mean(dbsa['test BLEU']):.2f} against {mean(dbsa3['test BLEU']):.2f})" in text
+    delta, delta3 = (cells["Δ BLEU (95% CI)"].split(" ")[0] for cells in (dbsa, dbsa3))
+    gap = compared(float(delta), float(delta3), ("narrows", "stays about the same", "widens"))
+    assert f"the gap {gap}: {delta} against {delta3} at patience 3" in text
+    capped = dbsa["converged"].startswith("0 of ")
+    assert capped == ("had not met the stopping rule by the cap: its score at 12,000 updates is again not a ceiling"
+                      in text)
+    assert "12,000 updates" in budget_block(CONVERGED, "a run stopped after 6 validations").split("\n")[0]
+
+
+def spoken(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join([", ".join(items[:-1]), items[-1]] if len(items) > 1 else items)
+
+
+def compared(value: float, other: float, words: tuple[str, str, str]) -> str:
+    """The word for ``value`` against ``other``: less, about the same (within 0.5 BLEU), more."""
+    return words[1] if abs(value - other) <= 0.5 else words[2] if value > other else words[0]
+
+
+def bests(cells: dict[str, str]) -> list[int]:
+    """Each run's best update, from its ``best at update`` cell ("7000 (of 8500), 6500" ...)."""
+    return [int(value) for value in re.sub(r" \(of \d+\)", "", cells["best at update"]).split(", ")]
+
+
+def seeds_of(block: str, row: str) -> list[int]:
+    """A row's seed numbers, in its runs' order, from a block's "Runs so far" line."""
+    numbers = re.search(rf"{re.escape(row)} \d+/\d+ \(seeds ([\d, ]+)\)", block).group(1)
+    return [int(seed) for seed in numbers.split(", ")]
 
 
 # ------------------------------------------------------- the page's other figures, from its tables
@@ -387,3 +432,28 @@ def test_the_intro_counts_the_rows_each_device_has_run():
     assert cpu <= {"deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/rel", "omote2019/dep+rel"}
     whole = all(row in none for row in gpu if row.startswith(("yang2017/", "currey2018/")))
     assert whole == ("Yang et al.'s and Currey and Heafield's tables whole among them" in text)
+
+
+def test_the_averaging_bullet_quotes_both_budgets_averaged_columns():
+    (rows,) = converged_tables(DEGUCHI_TABLE, 6)
+    (fixed,) = pooled_tables(DEGUCHI_TABLE)
+    text = converged_said("Averaged weights, once the runs have settled")
+    column = "BLEU, last validations averaged"
+    best, averaged = ({row: mean(cells[key]) for row, cells in rows.items()} for key in ("test BLEU", column))
+    assert all(averaged[row] > best[row] for row in rows) == ("score above the best checkpoint in both rows" in text)
+    base, dbsa = "deguchi2019/baseline", "deguchi2019/enc+dec"
+    assert (f"(the baseline {averaged[base]:.2f} against {best[base]:.2f}, `enc+dec` {averaged[dbsa]:.2f} against "
+            f"{best[dbsa]:.2f})") in text
+    assert all("(last 5)" in cells[column] for cells in rows.values()) and "the last 5" in text
+    before = fixed[base]
+    assert mean(before[column]) < mean(before["test BLEU"])
+    assert f"(the baseline {mean(before[column]):.2f} against {mean(before['test BLEU']):.2f})" in text
+    assert (f"`enc+dec` leads by {averaged[dbsa] - averaged[base]:.2f} BLEU rather than "
+            f"{rows[dbsa]['Δ BLEU (95% CI)'].split(' ')[0][1:]}") in text
+
+
+def test_the_converged_section_says_how_long_a_patience_6_pair_took():
+    minutes = [value for _, value in calls(budget_block(CONVERGED, "a run stopped after 6 validations"))]
+    text = " ".join(PAGE.split("## The headline rows at a converged budget")[1].split("```")[0].split())
+    span = f"{min(minutes):.0f} to {max(minutes):.0f}" if len(minutes) > 1 else f"{minutes[0]:.0f}"
+    assert f"On 2 cores a patience-6 pair took {span} minutes (the calls under its title)" in text
