@@ -108,9 +108,8 @@ def pytest_collection_modifyitems(items):
 def pytest_runtest_setup(item):
     """Under pytest-xdist, the worker that runs the CPU stream (it runs nothing else) takes, at
     its first test, the lowest priority, so the Ray stream, the suite's critical path, never
-    waits for it; one PyTorch thread, for it and the commands it runs; and a temporary
-    directory of its own as ``$TMPDIR`` and ``$RAY_TMPDIR``, which every command it runs
-    inherits.  So the Ray stream's tests never see its scratch files (one
+    waits for it; and a temporary directory of its own as ``$TMPDIR`` and ``$RAY_TMPDIR``, which
+    every command it runs inherits.  So the Ray stream's tests never see its scratch files (one
     checks that a run leaves nothing in the temporary directory), and a Ray session there is one
     the CPU stream started (``pytest_runtest_teardown``).
 
@@ -135,12 +134,6 @@ def _join_the_cpu_stream(config) -> None:
         return
     if os.nice(0) < CPU_STREAM_NICENESS:
         os.nice(CPU_STREAM_NICENESS - os.nice(0))
-    import torch
-
-    # one thread, its commands too: beside the Ray stream, a second thread waits at every
-    # parallel region's barrier for a core the Ray stream holds (measured: CONTRIBUTING.md#tests)
-    torch.set_num_threads(1)
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
     directory = tempfile.mkdtemp(prefix="pytest-cpu-stream-")  # not nmt-*: what the platform's scratch is named
     os.chmod(directory, 0o1777)  # as /tmp: the PostgreSQL tests' server runs as the postgres user
     config._nmt_cpu_stream_tmp = directory

@@ -3,6 +3,7 @@ parse-head setting at the sweep size) trained for about 200 steps, with a low fl
 catches "learns nothing" (a broken loss, mask, schedule or demo generator), no timing."""
 
 import pytest
+import torch
 
 from platform.data.dataset import PreparedDataset as Dataset
 from platform.sweeps.spaces import load_space
@@ -22,6 +23,7 @@ def test_the_quickstart_sweep_setting_learns_the_demo_within_12_epochs(demo_data
     config = load_train_config(space.trial_config(space.first_points()[0]))
     assert config.model.p_enc == 1 and config.optim.lr == 2e-3  # the paper's layer 4/6 of 2, the space's first lr
     seed_everything(config.seed)
+    torch.set_num_threads(2)
     history = fit(config, Dataset.open(demo_dataset), Context(), LocalHooks(tmp_path, config), log=lambda line: None)
     bleu = [round(epoch["dev_bleu"], 2) for epoch in history]
     assert history[-1]["step"] >= 200
