@@ -370,8 +370,7 @@ def bests(cells: dict[str, str]) -> list[int]:
 
 def seeds_of(block: str, row: str) -> list[int]:
     """A row's seed numbers, in its runs' order, from a block's "Runs so far" line."""
-    numbers = re.search(rf"{re.escape(row)} \d+/\d+ \(seeds ([\d, ]+)\)", block).group(1)
-    return [int(seed) for seed in numbers.split(", ")]
+    return runs_line(block)[row]
 
 
 # ------------------------------------------------------- the page's other figures, from its tables
@@ -413,11 +412,12 @@ def test_the_overlap_of_test_and_training_is_the_tables():
         PAGE.split())
 
 
-def runs_line(block: str) -> dict[str, int]:
-    """``{row: runs}`` from a block's "Runs so far of each row" line."""
+def runs_line(block: str) -> dict[str, list[int]]:
+    """``{row: its runs' seed numbers}`` from a block's "Runs so far of each row" line."""
     line = block.split("Runs so far of each row")[1].split("trains what is missing): ")[1].split(".\n")[0]
-    return {row: int(count.split("/")[0]) for row, count in (item.split(" ")[:2] for item in line.split(", ")
-                                                             if "/" in item)}
+    runs = re.findall(r"(\S+) (\d+)/\d+(?: \(seeds ([\d, ]+)\))?", line)
+    assert all(int(count) == len(seeds.split(", ") if seeds else []) for _, count, seeds in runs), line
+    return {row: [int(seed) for seed in seeds.split(", ")] if seeds else [] for row, _, seeds in runs}
 
 
 def test_the_intro_counts_the_rows_each_device_has_run():
