@@ -460,11 +460,13 @@ def baseline_of(row: str, shared: dict[str, str]) -> str:
 
 
 def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int, max_runs: int,
-               shared: dict[str, str]) -> list[tuple[str, int]]:
+               shared: dict[str, str], paired: bool = True) -> list[tuple[str, int]]:
     """The (row, seed) pairs one GPU call trains: the runs each row lacks of its target (``trained``:
     what the results files hold), in rounds of one new seed number each, headline rows first,
     every run with its table's baseline at the same seed (the paired tests pair runs of one GPU
-    call), until ``max_runs``; seeds start at ``first_seed``, after every seed a results file has."""
+    call; not where ``paired`` is false: the baseline's runs of other calls then stand for it in
+    the seed-level test, and its paired columns show "–"), until ``max_runs``; seeds start at
+    ``first_seed``, after every seed a results file has."""
     rows = sorted(targets, key=lambda row: (row not in HEADLINE_ROWS, list(targets).index(row)))
     counts = {row: trained.get(row, 0) for row in rows}
     plan: list[tuple[str, int]] = []
@@ -472,7 +474,8 @@ def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int
         for row in rows:
             if counts[row] >= targets[row] or (row, seed) in plan:
                 continue
-            wanted = [run for run in dict.fromkeys([(baseline_of(row, shared), seed), (row, seed)]) if run not in plan]
+            partner = [(baseline_of(row, shared), seed)] if paired else []
+            wanted = [run for run in dict.fromkeys([*partner, (row, seed)]) if run not in plan]
             if len(plan) + len(wanted) > max_runs:
                 return plan
             plan.extend(wanted)
@@ -503,7 +506,8 @@ def study_run(args) -> dict:
     shared = study.decoded_as(study_args(args))
     rows = [row for row in args.rows if row not in shared]
     trained, first_seed = trained_so_far(args.results_dir, args)
-    runs = study_plan(seed_targets(rows, args.seeds, args.headline_seeds), trained, first_seed, args.max_runs, shared)
+    runs = study_plan(seed_targets(rows, args.seeds, args.headline_seeds), trained, first_seed, args.max_runs, shared,
+                      paired=not args.unpaired)
     log(f"study: {len(runs)} runs this call ({', '.join(f'{row} s{seed}' for row, seed in runs)}); "
         f"before it, at this budget: {trained or 'none'}")
     work = Path(args.work)
@@ -745,6 +749,10 @@ def main() -> int:
                                help="runs each headline row gets over all GPU runs (HEADLINE_ROWS)")
     study_options.add_argument("--max-runs", type=int, default=16,
                                help="runs this call trains at once (one process each; 16 cores)")
+    study_options.add_argument("--unpaired", action="store_true",
+                               help="train the rows without their baseline's run of each new seed (where its "
+                                    "runs of earlier calls suffice: the seed-level test pools them; the paired "
+                                    "tests against the baseline show '-')")
     study_options.add_argument("--results-dir", type=Path, default=gpu_results.RESULTS,
                                help="the results files whose runs count: the call trains what they lack")
     a = sub.add_parser("all", parents=[common, loop_options, study_options])

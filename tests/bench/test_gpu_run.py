@@ -173,7 +173,8 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     """Seeds accumulate over GPU calls: each trains the runs its rows lack of their targets (5 for
     the headline rows, 3 for the others), new seed numbers after every seed a results file of its
     device (GPU or CPU, ``GPU_RUN_DEVICE=cpu``) has,
-    each run with its table's baseline at the same seed, headline rows first, at most --max-runs."""
+    each run with its table's baseline at the same seed (without it under --unpaired), headline rows
+    first, at most --max-runs."""
     from types import SimpleNamespace
 
     from benchmarks import gpu_results, gpu_run, study
@@ -203,6 +204,9 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     whole = gpu_run.study_plan(targets, trained, first, 1000, shared)  # no cap: every target met
     assert all(trained.get(row, 0) + sum(r == row for r, _ in whole) >= targets[row] for row in rows)
     assert sum(r == "omote2019/dep+rel" for r, _ in whole) == 2  # 3 in the results, 5 wanted
+    omote = {"omote2019/rel": 5, "omote2019/dep+rel": 5}  # the baseline's runs at this budget suffice
+    assert gpu_run.study_plan(omote, {}, 3, 2, shared, paired=False) == [("omote2019/rel", 3), ("omote2019/dep+rel", 3)]
+    assert gpu_run.study_plan(omote, {}, 3, 2, shared) == [("deguchi2019/baseline", 3), ("omote2019/rel", 3)]
 
 
 def test_the_loop_measures_deterministic_dep_rel_twice_and_the_larger_batches_after_the_compiled_rows():
