@@ -28,6 +28,8 @@ from platform.training.stopping import STOPPED_EARLY, early_stopping_reason
 # in the report after which training ends: a sweep hands that one to Tune only after the
 # trainer's fit has returned (sweeps.callbacks.FinalAfterFit)
 LAST_REPORT = "last_report"
+# how long rank 0 waits, before a report, for MLflow to take what the epoch logged (while it answers)
+REPORT_WAIT_S = 10.0
 RUN_ID = "run_id"  # in every report: the MLflow run the sweep closes when Tune ends the trial
 
 
@@ -201,10 +203,14 @@ class RayHooks:
                                              parallel_strategy_kwargs={"find_unused_parameters": unused})
 
     def report(self, metrics, state, evaluation, is_best, final=False) -> None:
-        """Rank 0 logs the epoch and reports it to Ray with its checkpoint; the report after
-        which training ends carries ``LAST_REPORT``, and the end-of-run logging (``finish``) comes
-        *before* it, delivered: once Tune sees that report it may tear the workers down, and an
-        upload still under way (the MLflow model) would be cut off."""
+        """Rank 0 logs the epoch and reports it to Ray with its checkpoint, once what it logged is
+        in MLflow: once Tune sees a report it may end the trial (a scheduler's stop, the last
+        report), and that kills the workers at once, their queued records with them (no exit
+        handler runs), so an upload still queued (the best checkpoint, the epoch's metrics) would
+        be lost.  The wait is bounded (``REPORT_WAIT_S``, none while the server's health check
+        says down: then the records stay queued, as in any outage).  The report after which
+        training ends carries ``LAST_REPORT``, and the end-of-run logging (``finish``) comes
+        before it, delivered or kept in the spool."""
         import ray.train
 
         reported = {**metrics, "num_parameters": self.num_parameters, RUN_ID: self.run_id,
@@ -224,6 +230,8 @@ class RayHooks:
         if final:
             self.finish()
             self.logger.settle()  # delivered, or kept in the spool: nothing left in this process
+        else:
+            self.logger.drain(REPORT_WAIT_S, while_up=True)
         with temp_checkpoint(state) as directory:
             ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
         if self.retention is not None:
