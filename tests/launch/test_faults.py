@@ -1,19 +1,20 @@
 """Faults done for real to the session's local Ray cluster: a Train worker SIGKILLed mid-epoch
-while the MLflow server is down; and what a killed sweep driver's resume restores, for every
-searcher and scheduler, without a cluster (the kill itself, on Ray:
-tests/launch/test_autoscaling.py; a sweep through an outage and diverging trials:
-tests/test_tune.py).  MLflow (sqlite) and Optuna are real; nothing is mocked."""
+while the MLflow server is down; a trial Tune stops at a report while its store is busy; and
+what a killed sweep driver's resume restores, for every searcher and scheduler, without a
+cluster (the kill itself, on Ray: tests/launch/test_autoscaling.py; a sweep through an outage
+and diverging trials: tests/test_tune.py).  MLflow (sqlite) and Optuna are real; nothing is mocked."""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import rungs, runs_of, validated_epochs, wait_for
+from helpers import rungs, runs_of, tiny_config, validated_epochs, wait_for
 from ray_private import train_worker_pids
 from servers import MlflowServer
 
@@ -238,3 +239,60 @@ def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tm
         assert points <= {(("dropout", d), ("optim.lr", lr)) for lr in ("0.001", "0.002") for d in ("0.0", "0.2")}
     if scheduler_name == "asha":  # the weak t2 was compared with the rungs saved before the kill
         assert {"t0", "t1", "t2"} <= rungs(resumed_scheduler)[1]
+
+
+def test_what_an_epoch_logged_is_in_mlflow_before_tune_may_stop_the_trial_at_its_report(ray_cluster, tmp_path):
+    """Tune may end a trial at any report (a scheduler's stop; here the experiment's stop after
+    one), and that kills the trial's Train workers at once, their logger's queue with them.  Rank
+    0's report waits for MLflow to take what the epoch logged: with the store held locked for
+    4 s across the report (as a busy store holds a write), the epoch's metric, tag and best
+    checkpoint are all in the run after the stop, the worker killed before its second report."""
+    import ray.tune
+
+    from platform.launch.cluster import DRIVER_CPU
+    from platform.tracking import runs
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = runs.start_run(uri, "stopped", "trial", {}, {}, "")
+    config = tiny_config()
+
+    def train(loop: dict) -> None:  # rank 0 of the trial's TorchTrainer, as platform.launch.worker runs it
+        import sqlite3
+        import threading
+        import time
+
+        from platform.launch.worker import RayHooks
+
+        hooks = RayHooks(0, loop["uri"], loop["run_id"], loop["config"], dataset_dir="")
+        assert hooks.logger.drain(30)  # the run's opening calls are in
+        lock = sqlite3.connect(loop["db"], isolation_level=None, check_same_thread=False)
+        lock.execute("BEGIN EXCLUSIVE")  # MLflow's writes wait (sqlite's busy timeout: 5 s)
+        threading.Timer(4.0, lock.rollback).start()
+        metrics = {"epoch": 1.0, "step": 1.0, "train_loss": 3.0, "dev_bleu": 12.5}
+        hooks.report(metrics, {"progress": {"step": 1}}, None, is_best=True)
+        time.sleep(120)  # the next epoch: Tune stops the trial first
+        hooks.report({**metrics, "epoch": 2.0, "step": 2.0}, {"progress": {"step": 2}}, None, is_best=False)
+
+    def trial(_: dict) -> None:  # one Tune trial with its own TorchTrainer (platform.sweeps.sweep.run_trial)
+        import ray.train
+        from ray.train.torch import TorchTrainer
+        from ray.tune.integration.ray_train import TuneReportCallback
+
+        TorchTrainer(train, train_loop_config={"uri": uri, "run_id": run_id, "config": config,
+                                               "db": str(tmp_path / "mlflow.db")},
+                     scaling_config=ray.train.ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+                     run_config=ray.train.RunConfig(name="train", storage_path=str(tmp_path / "runs"),
+                                                    callbacks=[TuneReportCallback()])).fit()
+
+    began = time.monotonic()
+    ray.tune.Tuner(ray.tune.with_resources(trial, {"CPU": DRIVER_CPU}),
+                   run_config=ray.tune.RunConfig(name="stop", storage_path=str(tmp_path / "runs"),
+                                                 stop={"training_iteration": 1}, verbose=0)).fit()
+    assert time.monotonic() - began < 100  # stopped at its first report, not run to its second
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    run = client.get_run(run_id)
+    assert [m.value for m in client.get_metric_history(run_id, "dev_bleu")] == [12.5]
+    assert run.data.tags["best_step"] == "1"
+    assert "best" in {a.path for a in client.list_artifacts(run_id)}
