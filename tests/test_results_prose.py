@@ -457,3 +457,24 @@ def test_the_converged_section_says_how_long_a_patience_6_pair_took():
     text = " ".join(PAGE.split("## The headline rows at a converged budget")[1].split("```")[0].split())
     span = f"{min(minutes):.0f} to {max(minutes):.0f}" if len(minutes) > 1 else f"{minutes[0]:.0f}"
     assert f"On 2 cores a patience-6 pair took {span} minutes (the calls under its title)" in text
+
+
+def test_the_gpu_budget_paragraph_says_which_caps_fit_a_call_from_the_first_calls_minutes():
+    """8,000 and 12,000 updates against one call's 9 minutes, at the first GPU call's pace."""
+    text = " ".join(PAGE.split("The runs so far stop at 2,000 updates")[1].split("\n\n")[0].split())
+    (_, minutes), *_ = calls(budget_block(GPU, "At most 2,000 updates").split("\n\n")[1])
+    fits = {cap: minutes * cap / 2000 <= 9 for cap in (8000, 12000)}
+    assert fits == {8000: True, 12000: False}
+    assert "so 12,000 would not fit one call's 9 minutes and 8,000 barely does" in text
+    assert 9 - minutes * 4 < 0.5  # barely
+    gpu_converged = PAGE[PAGE.index("<!-- GPU_CONVERGED_BEGIN"):PAGE.index("<!-- GPU_CONVERGED_END -->")]
+    assert ("None yet." in gpu_converged) == ("Such a budget has not run on a GPU yet" in text)
+
+
+def test_the_dbsa_bullet_says_whether_the_gpu_agrees_from_the_gpus_table():
+    (gpu,) = pooled_tables(DEGUCHI_TABLE, budget_block(GPU, "At most 2,000 updates"))
+    (cpu,) = pooled_tables(DEGUCHI_TABLE)
+    dbsa, on_gpu = cpu["deguchi2019/enc+dec"], gpu["deguchi2019/enc+dec"]
+    same = (float(on_gpu["p (Holm)"]) < 0.05) == (float(dbsa["p (Holm)"]) < 0.05) and (
+        on_gpu["Δ BLEU (95% CI)"][0] == dbsa["Δ BLEU (95% CI)"][0])
+    assert same == ("significant after Holm's correction, as on the GPU" in said("DBSA on both sides, over seeds"))
