@@ -262,6 +262,7 @@ def test_what_an_epoch_logged_is_in_mlflow_before_tune_may_stop_the_trial_at_its
 
         from platform.launch.worker import RayHooks
 
+        Path(loop["db"]).with_name("worker.pid").write_text(str(os.getpid()))
         hooks = RayHooks(0, loop["uri"], loop["run_id"], loop["config"], dataset_dir="")
         assert hooks.logger.drain(30)  # the run's opening calls are in
         lock = sqlite3.connect(loop["db"], isolation_level=None, check_same_thread=False)
@@ -277,8 +278,11 @@ def test_what_an_epoch_logged_is_in_mlflow_before_tune_may_stop_the_trial_at_its
         from ray.train.torch import TorchTrainer
         from ray.tune.integration.ray_train import TuneReportCallback
 
+        from platform.launch.process_group import NodeBoundTorchConfig
+
         TorchTrainer(train, train_loop_config={"uri": uri, "run_id": run_id, "config": config,
                                                "db": str(tmp_path / "mlflow.db")},
+                     torch_config=NodeBoundTorchConfig(),  # as run_trial's: nothing listens beyond loopback
                      scaling_config=ray.train.ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
                      run_config=ray.train.RunConfig(name="train", storage_path=str(tmp_path / "runs"),
                                                     callbacks=[TuneReportCallback()])).fit()
@@ -286,6 +290,12 @@ def test_what_an_epoch_logged_is_in_mlflow_before_tune_may_stop_the_trial_at_its
     ray.tune.Tuner(ray.tune.with_resources(trial, {"CPU": DRIVER_CPU}),
                    run_config=ray.tune.RunConfig(name="stop", storage_path=str(tmp_path / "runs"),
                                                  stop={"training_iteration": 1}, verbose=0)).fit()
+    import time
+    stopped = time.monotonic()
+    import psutil
+    worker = int((tmp_path / "worker.pid").read_text())
+    wait_for(lambda: not psutil.pid_exists(worker), 60, "the stopped trial's Train worker to end")
+    print(f"the stopped trial's Train worker ended {time.monotonic() - stopped:.1f} s after the Tuner returned")
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
