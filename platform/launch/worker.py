@@ -208,7 +208,9 @@ class RayHooks:
         report), and that kills the workers at once, their queued records with them (no exit
         handler runs), so an upload still queued (the best checkpoint, the epoch's metrics) would
         be lost.  The wait is bounded (``REPORT_WAIT_S``, none while the server's health check
-        says down: then the records stay queued, as in any outage).  The report after which
+        says down): what MLflow has not taken by then is kept in the spool, which the sender
+        delivers before anything later once the store answers, and which the run's closing
+        delivers if the worker is killed first.  The report after which
         training ends carries ``LAST_REPORT``, and the end-of-run logging (``finish``) comes
         before it, delivered or kept in the spool."""
         import ray.train
@@ -230,8 +232,8 @@ class RayHooks:
         if final:
             self.finish()
             self.logger.settle()  # delivered, or kept in the spool: nothing left in this process
-        else:
-            self.logger.drain(REPORT_WAIT_S, while_up=True)
+        elif not self.logger.drain(REPORT_WAIT_S, while_up=True):
+            self.logger.keep()  # what MLflow has not taken outlives this process, in the spool
         with temp_checkpoint(state) as directory:
             ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(str(directory)))
         if self.retention is not None:

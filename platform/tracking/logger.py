@@ -42,7 +42,10 @@ class RunLogger:
     queued when the writer ends (``settle``, ``close``) is kept there for a later replay once the
     server has not taken it within ``SETTLE_WAIT_S`` (at once while its health check says down),
     so neither an outage nor its length loses a record or holds a rank; without one ``close``
-    waits ``CLOSE_WAIT_S``, makes a last try and names what is lost.  During an outage the sender
+    waits ``CLOSE_WAIT_S``, makes a last try and names what is lost.  Mid-run, ``keep`` moves
+    the queue to the spool at once (a trial's report, after which Tune may kill the writer), and
+    the sender delivers the run's kept records before anything queued later, as does the next
+    writer of the run (a restart from a checkpoint).  During an outage the sender
     first asks an HTTP server's ``/health`` (5 s) before it sends again, so a store that is still
     down costs seconds, not MLflow's retries.  Reads (``get_tag``, ``metric_steps``) wait at most
     ``READ_WAIT_S`` and count as unset when the store does not answer.  For a CLI
@@ -75,6 +78,9 @@ class RunLogger:
             self.pending: list[Record] = []
             self.spool = Spool(spool) if spool else None
             self._retry_at = 0.0  # monotonic time of the next retry after a failure (0: none pending)
+            # records of this run in the spool that precede the queue (``keep``; a writer before
+            # this one, on a restart from a checkpoint): sent before it, so nothing older lands later
+            self._kept = bool(spool) and reopen and self.spool.root.child(run_id).is_dir()
             self._outage = False  # the last attempt failed: probe before sending again
             self._said_down_at = -self.RETRY_AFTER_S  # when a probe last said so on the console
             self.keep_going = reopen if keep_going is None else keep_going  # training keeps going; a CLI fails
@@ -181,9 +187,9 @@ class RunLogger:
         After a failure the queue is retried at most every ``RETRY_AFTER_S`` (unless ``force``),
         and only once an HTTP server answers its health check again."""
         with self._sending:
-            if not force and self.pending and time.monotonic() < self._retry_at:
+            if not force and self._waiting() and time.monotonic() < self._retry_at:
                 return False
-            if self._outage and self.pending and (reason := self._down()):
+            if self._outage and self._waiting() and (reason := self._down()):
                 self._retry_at = time.monotonic() + self.RETRY_AFTER_S
                 if time.monotonic() >= self._said_down_at + self.RETRY_AFTER_S:  # drain() asks more often
                     self._said_down_at = time.monotonic()
@@ -191,10 +197,14 @@ class RunLogger:
                           f"{self.run_id}")
                 return False
             while True:
-                with self._lock:
-                    if not self.pending:
-                        break
-                    entry = self.pending[0]
+                with self._lock:  # what ``keep`` moved to the spool meanwhile goes before the rest
+                    kept, entry = self._kept, (self.pending[0] if self.pending else None)
+                if kept:
+                    if not self._send_kept():
+                        return False
+                    continue
+                if entry is None:
+                    break
                 what = entry.what
                 try:
                     records.apply(self.client, self.run_id, entry)
@@ -217,6 +227,29 @@ class RunLogger:
             self._retry_at, self._outage = 0.0, False
             return True
 
+    def _waiting(self) -> bool:
+        """Something is still to send: queued, or kept in the spool before the queue."""
+        return bool(self.pending) or self._kept
+
+    def _send_kept(self) -> bool:
+        """This run's records kept in the spool, sent before the queue (its ends and the sweep's
+        closing stay kept: the run goes on); False on an outage, which the queue then waits out.
+        Cleared first: what ``keep`` adds during the replay sets it again."""
+        with self._lock:
+            self._kept = False
+        try:
+            self.spool.replay(self.client, self.run_id, log=warn, live=True)
+        except Exception as error:  # an outage: retried with the queue (raised by a CLI)
+            with self._lock:
+                self._kept = True
+            if not self.keep_going:
+                raise
+            self._retry_at, self._outage = time.monotonic() + self.RETRY_AFTER_S, True
+            warn(f"MLflow unreachable ({one_line(error)}); the records of run {self.run_id} kept in "
+                 f"{self.spool} are retried with the later ones")
+            return False
+        return True
+
     def _down(self) -> str | None:
         """Why the tracking server does not answer its health check now, asked from where the
         calls go: this process, or the relay's node (None: it answers, or it is not a server)."""
@@ -233,7 +266,7 @@ class RunLogger:
         deadline, retry = time.monotonic() + timeout, 0.0
         while time.monotonic() < deadline and self._fatal is None:
             with self._lock:
-                if not self.pending:
+                if not self._waiting():
                     return True
             if time.monotonic() >= retry:  # try now, not at the next minute (after the health check)
                 if while_up and self._down() is not None:  # a send under way may be stuck in retries
@@ -255,6 +288,38 @@ class RunLogger:
         else:
             self.drain(self.CLOSE_WAIT_S)
         return self._keep_pending()
+
+    @_holds_caller
+    def keep(self) -> list[str]:
+        """Mid-run, what is still queued moved to the spool, where it outlives this process (a
+        writer that may be killed next, as Tune kills a trial it stops at a report); the sender
+        delivers it before anything queued later once the store answers.  Returns what is
+        neither sent nor kept (what is queued, without a spool).  A send under way (stuck in
+        MLflow's retries during an outage) is not waited for: its record is kept too, and may
+        arrive twice, which is harmless (``spool``)."""
+        if self.spool is None:
+            with self._lock:
+                return [record.what for record in self.pending]
+        sending = self._sending.acquire(blocking=False)
+        try:
+            with self._lock:  # the sender sees the queue and the spool change at once
+                left, self.pending = self.pending, []
+                try:
+                    if left:
+                        self.spool.put(self.run_id, left)
+                        self._kept = True
+                except Exception as error:  # noqa: BLE001 - said: they stay queued, ahead of anything later
+                    self.pending = left
+                    warn(f"could not keep {len(left)} MLflow record(s) of run {self.run_id} in {self.spool}: "
+                         f"{one_line(error)}; they stay queued")
+                    return []
+        finally:
+            if sending:
+                self._sending.release()
+        if left:
+            self._wake.set()
+            warn(f"MLflow has not taken {len(left)} record(s) of run {self.run_id}: kept in {self.spool} until it does")
+        return []
 
     def _keep_pending(self) -> list[str]:
         """Move what is still queued to the spool; returns what is neither sent nor kept.  A send

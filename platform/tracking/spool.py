@@ -211,15 +211,19 @@ class Spool:
         folder.child(name + ".json").delete()  # first: a record without its data is never left
         folder.child(name + ".bin").delete()
 
-    def replay(self, mlflow_client, run_id: str, ends: bool = True, log: Callable[[str], None] = print) -> int:
+    def replay(self, mlflow_client, run_id: str, ends: bool = True, log: Callable[[str], None] = print,
+               live: bool = False) -> int:
         """Send ``run_id``'s kept records, each removed once MLflow took it (one the store refuses
         is named and dropped; all of them if the run is gone from the store); ``ends=False``
         drops the kept ends instead (the caller closes the run itself; the sweep's closing is
-        sent all the same).  Returns how many were
-        sent; an outage on the way raises, and what is left stays kept."""
+        sent all the same); ``live``: the run's writer goes on, so its ends and the sweep's
+        closing stay kept for whoever closes the run.  Returns how many were sent; an outage on
+        the way raises, and what is left stays kept."""
         sent = 0
         for name in self.names(run_id):
             record = self.load(run_id, name)
+            if live and record.op in (END, CLOSE):
+                continue
             if record.op == END and not ends:
                 self.remove(run_id, name)
                 continue

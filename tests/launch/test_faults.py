@@ -240,20 +240,29 @@ def test_each_searcher_and_scheduler_resumes_where_the_killed_driver_saved_it(tm
         assert {"t0", "t1", "t2"} <= rungs(resumed_scheduler)[1]
 
 
-def test_what_an_epoch_logged_is_in_mlflow_before_tune_may_stop_the_trial_at_its_report(ray_cluster, tmp_path):
+def test_what_an_epoch_logged_outlives_the_trial_tune_stops_at_its_report_through_a_busy_store_and_an_outage(
+        ray_cluster, tmp_path):
     """Tune may end a trial at any report (a scheduler's stop; here the experiment's stop after
-    one), and that kills the trial's Train workers at once, their logger's queue with them.  Rank
-    0's report waits for MLflow to take what the epoch logged: with the store held locked for
-    4 s across the report (as a busy store holds a write), the epoch's metric, tag and best
-    checkpoint are all in the run after the stop, the worker killed before its second report."""
+    two), and that kills the trial's Train workers at once, their logger's queue with them.  At
+    the first report the store is busy (its sqlite file held locked for 4 s, as a busy store holds
+    a write): rank 0 waits for MLflow to take what the epoch logged.  At the second the server is
+    down: rank 0 keeps what MLflow has not taken in the spool, and Tune stops the trial.  Once the
+    server is back, the sweep's closing of the run delivers it: both epochs' metric, the newer
+    ``best_step`` and the best checkpoint are in the run, pruned, and nothing is left kept."""
     import ray.tune
 
     from platform.launch.cluster import DRIVER_CPU
+    from platform.sweeps.trial_runs import close_trial_run
     from platform.tracking import runs
+    from platform.tracking import spool as records
+    from platform.tracking.spool import Spool, spool_root
 
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    run_id = runs.start_run(uri, "stopped", "trial", {}, {}, "")
-    config = tiny_config()
+    server = MlflowServer(tmp_path / "mlflow")
+    (tmp_path / "mlflow").mkdir()
+    server.start()
+    run_id = runs.start_run(server.uri, "stopped", "trial", {}, {}, "")
+    root = spool_root(str(tmp_path / "runs"))
+    config, uri, server_pid = tiny_config(), server.uri, server.process.pid
 
     def train(loop: dict) -> None:  # rank 0 of the trial's TorchTrainer, as platform.launch.worker runs it
         import sqlite3
@@ -263,15 +272,18 @@ def test_what_an_epoch_logged_is_in_mlflow_before_tune_may_stop_the_trial_at_its
         from platform.launch.worker import RayHooks
 
         Path(loop["db"]).with_name("worker.pid").write_text(str(os.getpid()))
-        hooks = RayHooks(0, loop["uri"], loop["run_id"], loop["config"], dataset_dir="")
+        hooks = RayHooks(0, loop["uri"], loop["run_id"], loop["config"], dataset_dir="", spool=loop["spool"])
         assert hooks.logger.drain(30)  # the run's opening calls are in
         lock = sqlite3.connect(loop["db"], isolation_level=None, check_same_thread=False)
         lock.execute("BEGIN EXCLUSIVE")  # MLflow's writes wait (sqlite's busy timeout: 5 s)
         threading.Timer(4.0, lock.rollback).start()
         metrics = {"epoch": 1.0, "step": 1.0, "train_loss": 3.0, "dev_bleu": 12.5}
         hooks.report(metrics, {"progress": {"step": 1}}, None, is_best=True)
+        os.killpg(loop["server"], signal.SIGKILL)  # the server goes down during the next epoch
+        hooks.report({**metrics, "epoch": 2.0, "step": 2.0, "dev_bleu": 13.5}, {"progress": {"step": 2}}, None,
+                     is_best=True)
         time.sleep(120)  # the next epoch: Tune stops the trial first
-        hooks.report({**metrics, "epoch": 2.0, "step": 2.0}, {"progress": {"step": 2}}, None, is_best=False)
+        hooks.report({**metrics, "epoch": 3.0, "step": 3.0}, {"progress": {"step": 3}}, None, is_best=False)
 
     def trial(_: dict) -> None:  # one Tune trial with its own TorchTrainer (platform.sweeps.sweep.run_trial)
         import ray.train
@@ -281,26 +293,36 @@ def test_what_an_epoch_logged_is_in_mlflow_before_tune_may_stop_the_trial_at_its
         from platform.launch.process_group import NodeBoundTorchConfig
 
         TorchTrainer(train, train_loop_config={"uri": uri, "run_id": run_id, "config": config,
-                                               "db": str(tmp_path / "mlflow.db")},
+                                               "db": str(tmp_path / "mlflow" / "mlflow.db"), "spool": root,
+                                               "server": server_pid},
                      torch_config=NodeBoundTorchConfig(),  # as run_trial's: nothing listens beyond loopback
                      scaling_config=ray.train.ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
                      run_config=ray.train.RunConfig(name="train", storage_path=str(tmp_path / "runs"),
                                                     callbacks=[TuneReportCallback()])).fit()
 
-    ray.tune.Tuner(ray.tune.with_resources(trial, {"CPU": DRIVER_CPU}),
-                   run_config=ray.tune.RunConfig(name="stop", storage_path=str(tmp_path / "runs"),
-                                                 stop={"training_iteration": 1}, verbose=0)).fit()
-    import time
-    stopped = time.monotonic()
-    import psutil
-    worker = int((tmp_path / "worker.pid").read_text())
-    wait_for(lambda: not psutil.pid_exists(worker), 60, "the stopped trial's Train worker to end")
-    print(f"the stopped trial's Train worker ended {time.monotonic() - stopped:.1f} s after the Tuner returned")
-    from mlflow.tracking import MlflowClient
+    try:
+        ray.tune.Tuner(ray.tune.with_resources(trial, {"CPU": DRIVER_CPU}),
+                       run_config=ray.tune.RunConfig(name="stop", storage_path=str(tmp_path / "runs"),
+                                                     stop={"training_iteration": 2}, verbose=0)).fit()
+        import time
 
-    client = MlflowClient(uri)
-    run = client.get_run(run_id)
-    # the first report's, in; no second one (the trial was stopped at the first)
-    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [(1, 12.5)]
-    assert run.data.tags["best_step"] == "1"
-    assert "best" in {a.path for a in client.list_artifacts(run_id)}
+        import psutil
+        stopped, worker = time.monotonic(), int((tmp_path / "mlflow" / "worker.pid").read_text())
+        wait_for(lambda: not psutil.pid_exists(worker), 60, "the stopped trial's Train worker to end")
+        print(f"the stopped trial's Train worker ended {time.monotonic() - stopped:.1f} s after the Tuner returned")
+        assert server.process.poll() is not None  # the trial took it down
+        assert Spool(root).run_ids() == [run_id]  # the second epoch's records, kept by the killed rank 0
+        server.start()
+        assert close_trial_run(server.uri, "stopped", "", "trial", run_id, records.closing(True, None), root) is None
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(server.uri)
+        run = client.get_run(run_id)
+        # both reports' metric, in; no third one (the trial was stopped at the second)
+        assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [(1, 12.5), (2, 13.5)]
+        assert run.data.tags["best_step"] == "2" and run.data.tags["pruned"] == "true"
+        assert "best" in {a.path for a in client.list_artifacts(run_id)}
+        assert Spool(root).run_ids() == []
+    finally:
+        if server.process.poll() is None:
+            server.stop()

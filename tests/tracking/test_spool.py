@@ -84,3 +84,75 @@ def test_records_an_outage_keeps_at_a_runs_end_reach_the_store_in_order_and_the_
     finally:
         if server.process.poll() is None:
             server.stop()
+
+
+def keep_and_die(uri: str, run_id: str, root: str) -> None:
+    """A trial's rank 0 at a report during an outage, killed (as Tune kills a trial it stops)
+    right after it kept what MLflow had not taken: no exit handler runs."""
+    code = f"""
+import os, signal
+from platform.tracking.logger import RunLogger
+logger = RunLogger({uri!r}, {run_id!r}, spool={root!r})
+logger.metrics({{"dev_bleu": 3.0}}, step=3)
+logger.tag("best_step", "3")
+logger.text("epoch 3\\n", "best.txt")
+assert not logger.drain(10, while_up=True)  # the server is down: no wait
+assert logger.keep() == []
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    assert "kept in" in done.stderr
+
+
+def test_what_a_writer_keeps_mid_run_reaches_the_store_before_its_later_records(tmp_path, capsys):
+    """At a report during an outage, rank 0 keeps what MLflow has not taken in the spool
+    (``keep``).  A writer that goes on sends it, once the server is back, before what it logged
+    after (the newer tag and artifact win); a writer killed after keeping leaves it on disk, and
+    the next writer of the run (a restart from a checkpoint) sends it before its own records.
+    Nothing is lost, nothing older lands later, and the spool is empty after."""
+    server = MlflowServer(tmp_path / "mlflow")
+    (tmp_path / "mlflow").mkdir()
+    root = spool_root(str(tmp_path / "runs"))
+    server.start()
+    try:
+        run_id = runs.start_run(server.uri, "spool", "trial", {}, {}, "")
+        logger = RunLogger(server.uri, run_id, spool=root)
+        logger.metrics({"dev_bleu": 1.0}, step=1)
+        assert logger.drain(60)
+        server.stop()
+        logger.metrics({"dev_bleu": 2.0}, step=2)
+        logger.tag("best_step", "2")
+        logger.text("epoch 2\n", "best.txt")
+        assert not logger.drain(10, while_up=True)
+        assert logger.keep() == [] and logger.pending == []
+        assert Spool(root).run_ids() == [run_id]  # on disk: it outlives the process
+        server.start()
+        logger.tag("best_step", "2b")  # later than what was kept: sent after it
+        assert logger.drain(60) and Spool(root).run_ids() == []
+        client = MlflowClient(server.uri)
+        assert client.get_run(run_id).data.tags["best_step"] == "2b"
+        assert [m.step for m in client.get_metric_history(run_id, "dev_bleu")] == [1, 2]
+        assert logger.close() == []
+
+        server.stop()
+        keep_and_die(server.uri, run_id, root)
+        assert Spool(root).run_ids() == [run_id]
+        server.start()
+        restarted = RunLogger(server.uri, run_id, spool=root)  # reopens the run, as a restarted rank 0 does
+        restarted.text("epoch 4\n", "best.txt")
+        restarted.tag("best_step", "4")
+        assert restarted.drain(60) and Spool(root).run_ids() == []
+        run = client.get_run(run_id)
+        assert run.data.tags["best_step"] == "4"
+        assert [(m.step, m.value) for m in client.get_metric_history(run_id, "dev_bleu")] == [(1, 1.0), (2, 2.0),
+                                                                                              (3, 3.0)]
+        (best,) = (tmp_path / "mlflow" / "artifacts").rglob("best.txt")
+        assert best.read_text() == "epoch 4\n"
+        assert restarted.close() == []
+    finally:
+        if server.process.poll() is None:
+            server.stop()
