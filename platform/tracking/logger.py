@@ -290,16 +290,16 @@ class RunLogger:
         return self._keep_pending()
 
     @_holds_caller
-    def keep(self) -> list[str]:
+    def keep(self) -> None:
         """Mid-run, what is still queued moved to the spool, where it outlives this process (a
         writer that may be killed next, as Tune kills a trial it stops at a report); the sender
-        delivers it before anything queued later once the store answers.  Returns what is
-        neither sent nor kept (what is queued, without a spool).  A send under way (stuck in
-        MLflow's retries during an outage) is not waited for: its record is kept too, and may
-        arrive twice, which is harmless (``spool``)."""
+        delivers it before anything queued later once the store answers.  Without a spool, or
+        where the spool cannot be written, it stays queued.  A send under way (stuck in MLflow's
+        retries during an outage) is not waited for: its record is kept too, and may arrive
+        twice, which is harmless (``spool``).  Each kept version of an artifact is sent (the
+        queue keeps the newest only): an outage of many epochs costs their uploads afterwards."""
         if self.spool is None:
-            with self._lock:
-                return [record.what for record in self.pending]
+            return
         sending = self._sending.acquire(blocking=False)
         try:
             with self._lock:  # the sender sees the queue and the spool change at once
@@ -310,16 +310,16 @@ class RunLogger:
                         self._kept = True
                 except Exception as error:  # noqa: BLE001 - said: they stay queued, ahead of anything later
                     self.pending = left
+                    self._kept = True  # those written before the failure go first, then the queue whole
                     warn(f"could not keep {len(left)} MLflow record(s) of run {self.run_id} in {self.spool}: "
                          f"{one_line(error)}; they stay queued")
-                    return []
+                    return
         finally:
             if sending:
                 self._sending.release()
         if left:
             self._wake.set()
             warn(f"MLflow has not taken {len(left)} record(s) of run {self.run_id}: kept in {self.spool} until it does")
-        return []
 
     def _keep_pending(self) -> list[str]:
         """Move what is still queued to the spool; returns what is neither sent nor kept.  A send

@@ -197,8 +197,13 @@ class Spool:
         """The kept records of ``run_id`` in the order to send them: as made, its ends last, the
         sweep's closing after them."""
         kept = sorted(name[:-len(".json")] for name in self.root.child(run_id).list_names() if name.endswith(".json"))
-        last = {END: 1, CLOSE: 2}
-        return sorted(kept, key=lambda name: last.get(self._read(run_id, name)["op"], 0))  # stable: as made
+        last, order = {END: 1, CLOSE: 2}, {}
+        for name in kept:
+            try:
+                order[name] = last.get(self._read(run_id, name)["op"], 0)
+            except FileNotFoundError:  # sent and removed meanwhile by another replay of the run
+                continue
+        return sorted(order, key=order.get)  # stable: as made
 
     def load(self, run_id: str, name: str) -> Record:
         body = self._read(run_id, name)
@@ -208,8 +213,12 @@ class Spool:
 
     def remove(self, run_id: str, name: str) -> None:
         folder = self.root.child(run_id)
-        folder.child(name + ".json").delete()  # first: a record without its data is never left
-        folder.child(name + ".bin").delete()
+        for part in (name + ".json", name + ".bin"):  # the record first: a record without its data is never left
+            try:
+                folder.child(part).delete()
+            except UserError:
+                if folder.child(part).exists():
+                    raise  # else another replay of the run removed it meanwhile
 
     def replay(self, mlflow_client, run_id: str, ends: bool = True, log: Callable[[str], None] = print,
                live: bool = False) -> int:
@@ -217,11 +226,16 @@ class Spool:
         is named and dropped; all of them if the run is gone from the store); ``ends=False``
         drops the kept ends instead (the caller closes the run itself; the sweep's closing is
         sent all the same); ``live``: the run's writer goes on, so its ends and the sweep's
-        closing stay kept for whoever closes the run.  Returns how many were sent; an outage on
-        the way raises, and what is left stays kept."""
+        closing stay kept for whoever closes the run, and so does its folder.  Two replays of
+        one run may overlap (a live writer's and the sweep's closing): a record the other sent
+        and removed is skipped.  Returns how many were sent; an outage on the way raises, and
+        what is left stays kept."""
         sent = 0
         for name in self.names(run_id):
-            record = self.load(run_id, name)
+            try:
+                record = self.load(run_id, name)
+            except FileNotFoundError:  # another replay of the run (the sweep's closing, a live writer's) sent it
+                continue
             if live and record.op in (END, CLOSE):
                 continue
             if record.op == END and not ends:
@@ -240,7 +254,7 @@ class Spool:
                 log(f"warning: MLflow refused {record.what} of run {run_id}, not logged: {one_line(error)}")
             self.remove(run_id, name)
             sent += 1
-        if not self.root.child(run_id).list_names():  # a writer may be keeping more meanwhile: not theirs to lose
+        if not live and not self.root.child(run_id).list_names():  # a writer may be keeping more: not theirs to lose
             self.root.child(run_id).delete()
         return sent
 
