@@ -67,6 +67,9 @@ class RunLogger:
     # while a caller waits in drain(), the queue is tried again this often (the health check
     # first), not only after RETRY_AFTER_S: the end of a run follows the store back within seconds
     DRAIN_RETRY_S = 5.0
+    # drain(while_up=True) asks the server's health this often: a server that dies while a
+    # caller waits holds it about this long, not until the next retry (a rank's report)
+    DRAIN_HEALTH_S = 1.0
 
     def __init__(self, tracking_uri: str, run_id: str, reopen: bool = True, keep_going: bool | None = None,
                  spool: str | None = None):
@@ -263,14 +266,16 @@ class RunLogger:
         ``while_up``: stop waiting as soon as the server's health check says it is down."""
         if self._sender is None:
             return self.flush(force=True)
-        deadline, retry = time.monotonic() + timeout, 0.0
+        deadline, retry, check = time.monotonic() + timeout, 0.0, 0.0
         while time.monotonic() < deadline and self._fatal is None:
             with self._lock:
                 if not self._waiting():
                     return True
-            if time.monotonic() >= retry:  # try now, not at the next minute (after the health check)
-                if while_up and self._down() is not None:  # a send under way may be stuck in retries
+            if while_up and time.monotonic() >= check:  # a send under way may be stuck in MLflow's retries
+                if self._down() is not None:
                     return False
+                check = time.monotonic() + self.DRAIN_HEALTH_S
+            if time.monotonic() >= retry:  # try now, not at the next minute
                 self._retry_at, retry = 0.0, time.monotonic() + self.DRAIN_RETRY_S
                 self._wake.set()
             time.sleep(0.1)

@@ -186,3 +186,35 @@ def test_two_replays_of_one_runs_kept_records_overlap_without_an_error_or_a_lost
     assert errors == []
     assert [m.step for m in clients[0].get_metric_history(run_id, "dev_bleu")] == list(range(1, 61))
     assert Spool(spool_root(str(tmp_path / "runs"))).run_ids() == []
+
+
+@pytest.mark.timed
+def test_a_report_waiting_on_a_busy_store_stops_waiting_within_seconds_of_the_servers_death(tmp_path):
+    """A report's wait (``drain(while_up=True)``) on a store that answers its health check but is
+    busy (its sqlite file locked: the send waits in the server), then a server SIGKILLed during
+    the wait: the wait ends about ``DRAIN_HEALTH_S`` after the death, not at the next retry
+    (``DRAIN_RETRY_S``, 5 s later), so rank 0 is held for a second, not for ``tracking_wait_s``
+    that a run's check (``MlflowOutage.checked_run``: < 3 s) fails on."""
+    import sqlite3
+    import threading
+
+    server = MlflowServer(tmp_path / "mlflow")
+    (tmp_path / "mlflow").mkdir()
+    server.start()
+    lock = sqlite3.connect(tmp_path / "mlflow" / "mlflow.db", isolation_level=None, check_same_thread=False)
+    try:
+        run_id = runs.start_run(server.uri, "spool", "trial", {}, {}, "")
+        logger = RunLogger(server.uri, run_id, spool=spool_root(str(tmp_path / "runs")))
+        lock.execute("BEGIN EXCLUSIVE")  # the server's writes wait (sqlite's busy timeout), its health answers
+        killed = []
+        threading.Timer(0.5, lambda: (server.stop(), killed.append(time.monotonic()))).start()
+        logger.metrics({"dev_bleu": 2.0}, step=2)
+        assert not logger.drain(30, while_up=True)
+        waited = time.monotonic() - killed[0]
+        assert waited < 2.5, waited  # 3.5 s and more when only the retry asks the server's health
+        logger.keep()
+        assert logger.pending == [] and Spool(spool_root(str(tmp_path / "runs"))).run_ids() == [run_id]
+    finally:
+        lock.close()
+        if server.process.poll() is None:
+            server.stop()
