@@ -41,6 +41,21 @@ SERVING_KEYS = ("format_version", "model", "config", "subword_models", "dataset_
 REQUIREMENTS = ("torch", "sentencepiece", "pyarrow", "sacremoses", "sacrebleu", "pyyaml", "numpy")
 
 
+def import_mlflow() -> None:
+    """Import what ``save`` needs of MLflow in the calling thread, before the process starts a
+    thread that may import MLflow too (a ``RunLogger``'s sender, which unpickles MLflow's
+    objects and errors from the relay).  Two threads importing submodules of one package for
+    the first time can deadlock on Python's module locks; Python breaks the cycle by handing
+    one of them the half-imported package, and ``save`` then failed with "partially initialized
+    module 'mlflow' has no attribute 'version'" (a restarted worker group's rank 0 saw it: its
+    sender imported MLflow for an outage's error while ``save`` did).  It costs rank 0 about
+    a second of CPU at its start that ``save`` would spend at its end."""
+    import importlib
+
+    for name in ("mlflow.pyfunc", "mlflow.models"):
+        importlib.import_module(name)
+
+
 def save(checkpoint: Path, directory: Path, example: str) -> dict[str, str]:
     """Write the MLflow model of ``checkpoint`` into ``directory`` (which must not exist), with
     ``example`` (a source sentence, words separated by spaces) as its input example; returns
