@@ -68,10 +68,7 @@ def pytest_unconfigure(config):
 RAY_FIXTURES = {"_session_ray", *OWN_CLUSTER_FIXTURES}
 # the two streams pytest-xdist runs side by side (``-n 2 --dist loadgroup``, pyproject.toml)
 RAY_GROUP, CPU_GROUP = "ray", "cpu"
-# the lowest priority: nice 19, and Linux's SCHED_IDLE where there is one.  Ray's workers (the
-# Train workers of the Ray stream's runs) run at nice 15: against them a nice-19 process still
-# takes 15/(15+36) of a core (CFS weights), a SCHED_IDLE one 3/(3+36)
-CPU_STREAM_NICENESS = 19
+CPU_STREAM_NICENESS = 19  # the lowest priority; Ray's own workers run at 15
 
 
 def _uses_ray(item) -> bool:
@@ -137,8 +134,6 @@ def _join_the_cpu_stream(config) -> None:
         return
     if os.nice(0) < CPU_STREAM_NICENESS:
         os.nice(CPU_STREAM_NICENESS - os.nice(0))
-    if hasattr(os, "SCHED_IDLE"):  # inherited by the threads and processes the stream starts
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     directory = tempfile.mkdtemp(prefix="pytest-cpu-stream-")  # not nmt-*: what the platform's scratch is named
     os.chmod(directory, 0o1777)  # as /tmp: the PostgreSQL tests' server runs as the postgres user
     config._nmt_cpu_stream_tmp = directory
