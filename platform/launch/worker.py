@@ -143,11 +143,11 @@ class RayHooks:
         # weights), in the run's storage: it outlives a worker
         self.retention = Retention(locate(kept_at), config) if rank == 0 and kept_at else None
         self.example_source = example_source  # the MLflow model's input example: a dev sentence on rank 0
-        # what MLflow cannot take when the worker ends is kept in the run's storage (tracking.spool)
         if rank == 0:  # MLflow whole before the logger's threads may import it (model.import_mlflow)
             from platform.tracking import model
 
             model.import_mlflow()
+        # what MLflow cannot take when the worker ends is kept in the run's storage (tracking.spool)
         self.logger = RunLogger(tracking_uri, run_id, spool=spool) if rank == 0 else None
         self.num_parameters = 0.0  # set by wrap
         if self.logger is not None:  # where rank 0 ran (a sweep spreads trials over the cluster's nodes)
