@@ -1,7 +1,7 @@
 """The platform's training loop and the study of the papers on one GPU, in one prepared run
 (docs/performance.md, "Compiled training in the real loop"; docs/results.md, "On a GPU").
 
-    python -m benchmarks.gpu_run carry                      # here, first: what the GPU image lacks, as wheels
+    python -m benchmarks.gpu_run carry                      # here, first: the wheels, test pair and dataset it carries
     python -m benchmarks.gpu_run all --out-dir OUT          # on the GPU machine: loop, then study, in --minutes
     python -m benchmarks.gpu_run loop --out-dir OUT         # paper-size MFU in the real loop: eager vs compiled
     python -m benchmarks.gpu_run study --out-dir OUT        # the study's rows x seeds, all at once on the GPU
@@ -68,20 +68,28 @@ NEEDS = ("torch", "numpy", "pyarrow", "sentencepiece", "sacrebleu", "yaml", "sac
          "benchmarks.speed.models")
 CARRIED = ("sacremoses",)  # pure Python; what it imports (click, joblib, regex, tqdm) is on the image
 WHEELS = ROOT / ".gpu" / "wheels"
+TEST = ROOT / ".gpu" / "tanaka" / "test"  # the Tanaka test pair's prefix, as ``carry`` writes it
 
 
-def carry(wheels: Path) -> list[Path]:
-    """Here: each of ``CARRIED`` from this environment as a wheel in ``wheels`` (its installed
-    files and metadata, zipped; pure Python imports straight from the zip)."""
+def carry(wheels: Path, tanaka: Path, data: Path, test: Path) -> list[Path]:
+    """Here: what the GPU call carries, so that ``all`` and ``study`` run there with their defaults.
+    Each of ``CARRIED`` from this environment as a wheel in ``wheels`` (its installed files and
+    metadata, zipped; pure Python imports straight from the zip), the checkout's commit, the
+    Tanaka test pair at the ``test`` prefix, and the prepared dataset at ``data`` (made here with
+    ``platform.prepare`` where it is not).  Returns the paths the call must carry."""
     import importlib.metadata
+    import shutil
     import zipfile
 
+    pairs = [tanaka / f"test.{lang}.conllu.gz" for lang in ("ja", "en")]
+    if not all(path.is_file() for path in pairs):
+        raise SystemExit(f"gpu_run carry: no Tanaka test pair in {tanaka} (test.ja.conllu.gz, test.en.conllu.gz): "
+                         f"give --tanaka DIR")
     wheels.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     if commit.returncode == 0:  # the results file's commit, read there (no git in the GPU machine's copy)
         (ROOT / ".gpu").mkdir(exist_ok=True)
         (ROOT / ".gpu" / "commit").write_text(commit.stdout.strip() + "\n")
-    written = []
     for name in CARRIED:
         distribution = importlib.metadata.distribution(name)
         path = wheels / f"{distribution.metadata['Name'].replace('-', '_')}-{distribution.version}-py3-none-any.whl"
@@ -90,8 +98,19 @@ def carry(wheels: Path) -> list[Path]:
                 located = Path(file.locate())
                 if "__pycache__" not in file.parts and ".." not in file.parts and located.is_file():
                     archive.write(located, str(file))
-        written.append(path)
-    return written
+    test.parent.mkdir(parents=True, exist_ok=True)
+    for path in pairs:
+        shutil.copyfile(path, test.parent / f"{test.name}{path.name[len('test'):]}")
+    if not (data / "meta.json").is_file():
+        splits = [flag for split in ("train", "dev", "test") for flag in (f"--{split}", str(tanaka / split))]
+        prepared = subprocess.run([sys.executable, "-m", "platform.prepare", *splits, "--src", "ja", "--tgt", "en",
+                                   "--out", str(data)], cwd=ROOT, capture_output=True, text=True)
+        if prepared.returncode:
+            last = (prepared.stderr.strip().splitlines() or [f"exit {prepared.returncode}"])[-1]
+            raise SystemExit(f"gpu_run carry: preparing {data} failed: {last}")
+    gpu = ROOT / ".gpu"  # the commit's file is in it too: carried whole
+    paths = (wheels, test.parent, data)
+    return list(dict.fromkeys(gpu if path.resolve().is_relative_to(gpu) else path for path in paths))
 
 
 def use_carried(wheels: Path) -> None:
@@ -707,6 +726,12 @@ def results_file(args, loop_result: dict | None, study_result: dict | None) -> P
 # ------------------------------------------------------------------------------ the command line
 
 
+def relative(path: Path) -> str:
+    """``path`` from the checkout's root where it is inside it (what the GPU call carries)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def checkout_commit() -> str:
     """The commit ``carry`` read here (the GPU machine's copy of the checkout has no git)."""
     path = ROOT / ".gpu" / "commit"
@@ -735,8 +760,8 @@ def main() -> int:
     loop_options.add_argument("--bucket", type=int, default=8)
     loop_options.add_argument("--plan", help="ROW:MODE,... to run in this order (default: loop_plan's)")
     study_options = argparse.ArgumentParser(add_help=False)
-    study_options.add_argument("--test", default=str(ROOT / ".gpu" / "tanaka" / "test"),
-                               help="the Tanaka test CoNLL-U pair prefix")
+    study_options.add_argument("--test", default=str(TEST), help="the Tanaka test CoNLL-U pair prefix (written by "
+                               "`carry`)")
     study_options.add_argument("--work", default="/tmp/gpu-study")
     study_options.add_argument("--max-updates", type=int, default=study.MAX_UPDATES)
     study_options.add_argument("--epoch-updates", type=int, default=study.EPOCH_UPDATES)
@@ -766,12 +791,14 @@ def main() -> int:
     one.add_argument("--row", required=True)
     one.add_argument("--mode", required=True)
     sp = sub.add_parser("study", parents=[common, study_options])
-    sp.add_argument("--minutes", type=float, default=5.0)
+    sp.add_argument("--minutes", type=float, default=9.0)
     so = sub.add_parser("study-one", parents=[common, study_options])
     so.add_argument("--row", required=True)
     so.add_argument("--seed", type=int, required=True)
-    cp = sub.add_parser("carry", help="here, before the GPU call: the packages the GPU image lacks, as wheels")
-    cp.add_argument("--wheels", type=Path, default=WHEELS)
+    cp = sub.add_parser("carry", parents=[common], help="here, before the GPU call: the packages the GPU image "
+                        "lacks as wheels, the Tanaka test pair and the prepared dataset")
+    cp.add_argument("--test", type=Path, default=TEST, help="where the Tanaka test pair goes (the study's --test)")
+    cp.add_argument("--tanaka", type=Path, default=study.TANAKA, help="the tanaka-enja directory to carry from")
     rp = sub.add_parser("record", help="an earlier run's outputs (meta.json, loop.json, study.json) as a results file")
     rp.add_argument("--from", dest="source", type=Path, required=True)
     rp.add_argument("--commit", required=True)
@@ -792,7 +819,8 @@ def main() -> int:
     if args.command == "table":
         return table(args)
     if args.command == "carry":
-        print("\n".join(str(path) for path in carry(args.wheels)))
+        carried = carry(args.wheels, args.tanaka, Path(args.data), args.test)
+        print("carry these to the GPU machine: " + " ".join(relative(path) for path in carried))
         return 0
     if args.command == "record":
         print(gpu_results.record(args.source, args.commit, args.ran, args.date, args.to))

@@ -37,9 +37,21 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     bare = subprocess.run(first, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert bare.returncode != 0 and not (out / "loop.json").exists()
     assert bare.stderr.strip().splitlines()[-1].startswith("gpu_run: cannot run here: sacremoses does not import")
-    carried = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "carry", "--wheels", str(wheels)], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300)
-    assert carried.returncode == 0 and [p.name.split("-")[0] for p in wheels.glob("*.whl")] == ["sacremoses"]
+    # carry: the wheels, the test pair at the study's --test and the dataset prepared, so the defaults run there
+    carry = [sys.executable, "-m", "benchmarks.gpu_run", "carry", "--wheels", str(wheels), "--test",
+             str(tmp_path / "carried" / "test"), "--data", str(tmp_path / "prepared"), "--tanaka"]
+    nowhere = subprocess.run([*carry, str(tmp_path / "nowhere")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert nowhere.returncode != 0 and nowhere.stderr.strip().splitlines()[-1].startswith(
+        f"gpu_run carry: no Tanaka test pair in {tmp_path / 'nowhere'}")
+    carried = subprocess.run([*carry, str(tanaka)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert carried.returncode == 0, carried.stderr[-3000:]
+    assert [p.name.split("-")[0] for p in wheels.glob("*.whl")] == ["sacremoses"]
+    assert all((tmp_path / "carried" / f"test.{lang}.conllu.gz").read_bytes() ==
+               (tanaka / f"test.{lang}.conllu.gz").read_bytes() for lang in ("ja", "en"))
+    metas = [json.loads((path / "meta.json").read_text()) for path in (tmp_path / "prepared", tanaka_dataset)]
+    assert [[meta[key] for key in ("inputs_sha256", "vocab_size")] for meta in metas] == [
+        [metas[1]["inputs_sha256"], metas[1]["vocab_size"]]] * 2
+    assert carried.stdout.strip().endswith(f"{wheels} {tmp_path / 'carried'} {tmp_path / 'prepared'}")
     missing = subprocess.run([*first[:5], str(tmp_path / "nowhere"), *first[6:]], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=300)
     assert missing.stderr.strip().splitlines()[-1] == (f"gpu_run: cannot run here: no prepared dataset at "
