@@ -196,7 +196,7 @@ def afternoon(results: list[dict[str, Any]]) -> str:
             f" | {gpu_h:,.0f} GPU-hours, {gpu_h / 4:,.0f} h on 4 GPUs |\n\n"
             f"The training row assumes {TARGET_TOKENS} target subwords a pair (ASPEC's are not measured here; "
             f"Tanaka's are 9 with the end-of-sentence token, on the dataset `platform.prepare` makes by default): "
-            f"time scales with it. The RNN papers' rows (Yang's 5, Currey's 3) have no GPU "
+            f"time scales with it. The RNN papers' rows (Yang's 7, Currey's 3) have no GPU "
             f"rate measured yet, nor has an A10G (g5); their rows are left out rather than guessed. The goal "
             f"(the four papers in one afternoon on 4 GPUs) needs the training rate about "
             f"{gpu_h / 4 / 4:.0f}× today's: the GPU work in [performance.md](performance.md#the-prepared-gpu-run).\n")

@@ -48,8 +48,8 @@ TABLES: dict[str, tuple[str, list[str]]] = {
     "omote2019/baseline": ("Omote et al. 2019, Table 2 (dependency-based relative positions)",
                            ["omote2019/baseline", "omote2019/rel", "omote2019/dep", "omote2019/dep+rel"]),
     "yang2017/seq2seq": ("Yang et al. 2017, Tables 3-4 (bidirectional hierarchical tree-GRU)",
-                         ["yang2017/seq2seq", "yang2017/tree2seq", "yang2017/beta0", "yang2017/beta05",
-                          "yang2017/gated"]),
+                         ["yang2017/seq2seq", "yang2017/tree2seq", "yang2017/bileaf", "yang2017/beta0",
+                          "yang2017/beta05", "yang2017/beta1", "yang2017/gated"]),
     "currey2018/seq2seq": ("Currey & Heafield 2018, Table 2 (unsupervised Gumbel tree-LSTM)",
                            ["currey2018/seq2seq", "currey2018/bottom-up", "currey2018/top-down"]),
 }
@@ -62,9 +62,24 @@ DECODED_AS = {"omote2019/baseline": "deguchi2019/baseline"}
 # α 0.6 (§4.2), so Omote's rows are also scored that way, against the baseline decoded alike
 REDECODED = {"omote2019/baseline": "deguchi2019/baseline"}
 # a paper's comparisons besides each row against its table's baseline (the table's baseline →
-# [(row, against)]): Omote et al.'s Transformer_dep+rel "improved by 1.31 BLEU points against
-# Transformer_abs and by 0.50 BLEU points against Transformer_rel" (§5.2)
-ALSO_COMPARED = {"omote2019/baseline": [("omote2019/dep+rel", "omote2019/rel")]}
+# [(row, against)]), each in its table's Holm family:
+# - Deguchi et al. (§4.3): "using either the encoder-side dependency-based self-attention or the
+#   decoder-side dependency-based self-attention improves translation performance, and using them
+#   in combination achieves further improvements";
+# - Omote et al.'s Transformer_dep+rel "improved by 1.31 BLEU points against Transformer_abs and by
+#   0.50 BLEU points against Transformer_rel" (§5.2);
+# - Yang et al. (§5): the full model "yields significant improvements over both the sequential and
+#   the tree-based models", "the model with bidirectional leaf-node encoding shows better
+#   performance" than the tree-based encoder, and the gating scalar improves on Table 4's fixed
+#   weightings (each against GS: β = 0, 0.5, 1).
+# Currey and Heafield compare each unsupervised tree encoder with seq2seq only (§5).
+ALSO_COMPARED = {
+    "deguchi2019/baseline": [("deguchi2019/enc+dec", "deguchi2019/enc"), ("deguchi2019/enc+dec", "deguchi2019/dec")],
+    "omote2019/baseline": [("omote2019/dep+rel", "omote2019/rel")],
+    "yang2017/seq2seq": [("yang2017/gated", "yang2017/tree2seq"), ("yang2017/bileaf", "yang2017/tree2seq"),
+                         ("yang2017/gated", "yang2017/beta0"), ("yang2017/gated", "yang2017/beta05"),
+                         ("yang2017/gated", "yang2017/beta1")],
+}
 ROWS: list[str] = [row for _, rows in TABLES.values() for row in rows]
 STUDY_ROWS = ["deguchi2019/baseline", "deguchi2019/enc+dec", "omote2019/dep+rel"]
 # Vaswani et al. 2017 (§6.1) evaluate the Transformer on the average of its last 5 checkpoints;
@@ -450,7 +465,9 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
                       **convergence_cells(metric("best_step"), metric("last_step"), metric("converged")),
                       **paired_cells(outputs, baseline, row, tokenizer)})
     compared = [(row, against) for row, against in also if row in ran and against in ran]
-    seed_cells = seed_columns(bleu, also=[(ran.index(row), ran.index(against)) for row, against in compared])
+    family = len(rows) - 1 + len(also)  # every comparison the paper's table makes, run or not (``holm``)
+    seed_cells = seed_columns(bleu, also=[(ran.index(row), ran.index(against)) for row, against in compared],
+                              family=family)
     for row, cell in zip(cells, seed_cells):  # the primary test: training's variance, over seeds
         row.update({key: value for key, value in cell.items() if key != "BLEU"})
     keep = ("row", "seeds", "decoding", "test BLEU", "Δ BLEU (95% CI)", "p (seeds)", "p (Holm)",
@@ -471,7 +488,7 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
             f"Best at update: each run's best dev BLEU validation (the checkpoint scored); converged: the runs "
             f"whose dev BLEU gained nothing over their last validations, as many as the budget's patience "
             f"(without one, {PATIENCE}). "
-            f"Primary, each row against {baseline} {seed_methods()}"
+            f"Primary, each row against {baseline} {seed_methods(family=holm_family(family, len(also)))}"
             f"{ALSO_CAPTION if compared else ''}. "
             f"Secondary, the test set's variance only: p (bs), p (ar) seed pair by seed pair (each run against "
             f"the baseline's run of the same seed, on its own), the median p over the pairs and how many of them "
@@ -479,6 +496,13 @@ def paper_table(baseline: str, rows: list[str], by_row: dict[str, dict[str, Scor
 
 
 ALSO_CAPTION = "; under the table, the paper's other comparisons, tested alike, in the same Holm family"
+
+
+def holm_family(family: int, also: int) -> str:
+    """What a paper table's Holm family is, for its caption."""
+    others = f" and its {also} other comparison{'s' if also > 1 else ''}" if also else ""
+    return (f"the paper table's {family} comparisons (each row against the baseline{others}), those without "
+            f"runs yet counted as p = 1, so a Holm p can only fall as they run")
 
 
 def paired_cells(outputs: dict[str, dict[str, dict[str, list[str]]]], baseline: str, row: str,

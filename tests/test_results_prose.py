@@ -57,11 +57,19 @@ BASE, DBSA = DEGUCHI["deguchi2019/baseline"], DEGUCHI["deguchi2019/enc+dec"]
 GREEDY, DEP_REL = OMOTE["omote2019/baseline (the deguchi2019/baseline runs)"], OMOTE["omote2019/dep+rel"]
 
 
+def welch(system: dict[str, str], baseline: dict[str, str]) -> float:
+    """Welch's p from two rows' mean ± std over their seeds (the first study's tables)."""
+    return stats.ttest_ind_from_stats(mean(system["test BLEU"]), std(system["test BLEU"]), int(system["seeds"]),
+                                      mean(baseline["test BLEU"]), std(baseline["test BLEU"]),
+                                      int(baseline["seeds"]), equal_var=False).pvalue
+
+
 def test_the_dbsa_bullet_quotes_the_deguchi_table_and_the_dev_curves():
-    text = bullet("DBSA on both sides")
+    text = bullet("DBSA on both sides is worse here")
     assert (f"scores {mean(BASE['test BLEU']) - mean(DBSA['test BLEU']):.1f} BLEU and "
             f"{mean(BASE['test chrF']) - mean(DBSA['test chrF']):.1f} chrF below") in text
     assert "p ≤ 0.001 in both tests" in text
+    assert f"(Welch p {welch(DBSA, BASE):.3f} over its {DBSA['seeds']} seeds a side;" in text
     assert max(float(DBSA[key]) for key in ("BLEU p (bs)", "BLEU p (ar)", "chrF2 p (bs)", "chrF2 p (ar)")) <= 0.001
     source, target = (float(value) for value in DBSA["UAS enc / dec"].split(" / "))
     assert f"UAS {source:.2f} on the source, {target:.2f} on the target" in text
@@ -94,11 +102,6 @@ def test_the_tests_bullet_quotes_the_seed_spread_and_welchs_p_from_the_tables():
     text = bullet("The sentence-level tests ignore training's variance")
     spreads = [std(row["test BLEU"]) for row in (*DEGUCHI.values(), *OMOTE.values())]
     assert f"({min(spreads):.1f} to {max(spreads):.1f} BLEU)" in text
-
-    def welch(system: dict[str, str], baseline: dict[str, str]) -> float:
-        return stats.ttest_ind_from_stats(mean(system["test BLEU"]), std(system["test BLEU"]), int(system["seeds"]),
-                                          mean(baseline["test BLEU"]), std(baseline["test BLEU"]),
-                                          int(baseline["seeds"]), equal_var=False).pvalue
 
     assert (f"Welch gives p {welch(DBSA, BASE):.3f} for `enc+dec` against its baseline and "
             f"{welch(DEP_REL, GREEDY):.2f} for `dep+rel`") in text
@@ -156,25 +159,34 @@ OMOTE_GREEDY = "Omote et al. 2019, Table 2 (dependency-based relative positions)
 OMOTE_BEAM = f"{OMOTE_GREEDY}, every row decoded as deguchi2019/baseline decodes (beam 4, α 0.6)"
 
 
+def family(heading: str, pooled: str = POOLED) -> int:
+    """The size of a pooled table's Holm family, as its caption states it."""
+    (section,) = [part for part in pooled.split("\n#### ")[1:] if part.split("\n", 1)[0] == heading]
+    return int(re.search(r"Holm's correction over the paper table's (\d+) comparisons", " ".join(section.split()))[1])
+
+
 def over_both_decodings() -> dict[tuple[str, str], str]:
     """Holm over Omote's comparisons under both decodings (the greedy table's and the beam-4
-    table's, six in all), from the tables' p (seeds): {(decoding, comparison): Holm's p}."""
+    table's families together, the comparisons without runs counted as p = 1 as each table
+    counts them), from the tables' p (seeds): {(decoding, comparison): Holm's p}."""
     cells = {}
     for decoding, heading in (("greedy", OMOTE_GREEDY), ("beam", OMOTE_BEAM)):
         rows, pairs = pooled_tables(heading)
         cells.update({(decoding, name): row["p (seeds)"] for name, row in (*rows.items(), *pairs.items())
                       if row["p (seeds)"] != "–"})
     assert len(cells) == 6, cells
-    return dict(zip(cells, (f"{p:.4f}" for p in holm([float(p) for p in cells.values()]))))
+    size = family(OMOTE_GREEDY) + family(OMOTE_BEAM)
+    return dict(zip(cells, (f"{p:.4f}" for p in holm([float(p) for p in cells.values()], family=size))))
 
 
 def test_the_page_says_which_holm_families_it_has():
     text = " ".join(PAGE.split("### What the pooled CPU runs say")[1].split("\n- ")[0].split())
+    assert f"Deguchi's family holds {family(DEGUCHI_TABLE)} (`enc`, `dec` and `enc+dec` against" in text
+    assert f"Omote's {family(OMOTE_GREEDY)} (`rel`, `dep` and `dep+rel` against the baseline" in text
+    assert family(OMOTE_BEAM) == family(OMOTE_GREEDY)
+    assert f"the bullet also gives Holm over both decodings' {2 * family(OMOTE_GREEDY)} comparisons" in text
     (deguchi,) = pooled_tables(DEGUCHI_TABLE)
-    single = len([row for row in deguchi.values() if row["p (seeds)"] != "–"]) == 1
-    assert single == ("Deguchi's (one comparison so far: `enc` and `dec` have no CPU runs)" in text)
-    assert not {"deguchi2019/enc", "deguchi2019/dec"} & set(deguchi)
-    assert "the bullet also gives Holm over both decodings' six comparisons" in text
+    assert not {"deguchi2019/enc", "deguchi2019/dec"} & set(deguchi)  # why the family has rows without runs
 
 
 def test_the_pooled_relative_positions_bullet_quotes_both_omote_tables():
@@ -189,12 +201,16 @@ def test_the_pooled_relative_positions_bullet_quotes_both_omote_tables():
     assert (f"`dep+rel` against `rel`, Omote et al.'s headline: "
             f"{over_seeds(pair, pair['seeds'].replace(' / ', ' and '), '`rel`')}") in text
     beam_rel = beam_rows["omote2019/rel as deguchi2019/baseline decodes"]
+    beam_dep_rel = beam_rows["omote2019/dep+rel as deguchi2019/baseline decodes"]
     assert f"with beam 4, `rel`: {over_seeds(beam_rel, base + ' and ' + beam_rel['seeds'])}" in text
+    assert f"`dep+rel`: {over_seeds(beam_dep_rel, base + ' and ' + beam_dep_rel['seeds'])}, and over both" in text
+    both = over_both_decodings()[("beam", "omote2019/dep+rel as deguchi2019/baseline decodes")]
+    assert f"and over both decodings' 8 comparisons (Holm {both})" in text and float(both) < 0.05
     holm = [float(cells["p (Holm)"]) for cells in (*greedy_rows.values(), pair) if cells["p (Holm)"] != "–"]
     assert (min(holm) >= 0.05) == ("none of the greedy comparisons is significant after Holm" in text)
     assert (float(beam_rel["p (Holm)"]) < 0.05) == ("significant after Holm with beam 4" in text)
     both = over_both_decodings()[("beam", "omote2019/rel as deguchi2019/baseline decodes")]
-    assert float(both) < 0.05 and f"and still over both decodings' six comparisons (Holm {both})" in text
+    assert float(both) < 0.05 and f"and still over both decodings' 8 comparisons (Holm {both})" in text
     ups = [cells["Δ BLEU (95% CI)"].startswith("+") for cells in (greedy_rows["omote2019/rel"], beam_rel)]
     assert all(ups) == ("Relative positions point up under both decodings" in text)
 
@@ -215,8 +231,10 @@ def test_the_dependency_part_bullet_quotes_omotes_comparison_under_both_decoding
     own = float(beam["p (Holm)"]) < 0.05
     both = over_both_decodings()[("beam", *beam_pairs)]
     assert (own and float(both) >= 0.05) == (
-        f"below 0.05 in the beam table's own family, but not over both decodings' six comparisons (Holm {both})"
+        f"below 0.05 in the beam table's own family, but not over both decodings' 8 comparisons (Holm {both})"
         in text)
+    assert (not own) == (f"not below 0.05 after Holm's correction, even in the beam table's own family (over both "
+                         f"decodings' 8 comparisons: Holm {both})" in text)
     assert (float(both) >= 0.05) == ("So the dependency part is not shown here" in text)
     assert ("its interval almost reaches zero" in text) == (0 < interval(beam)[0] < 0.1)
     pairs = beam["seeds"].split(" / ")[0]
@@ -261,7 +279,7 @@ def test_the_converged_dbsa_bullet_quotes_the_converged_deguchi_table_beside_the
     (rows,) = converged_tables(DEGUCHI_TABLE, 3)
     (fixed,) = pooled_tables(DEGUCHI_TABLE)
     base, dbsa = rows["deguchi2019/baseline"], rows["deguchi2019/enc+dec"]
-    text = converged_said("DBSA, trained until dev BLEU stops")
+    text = converged_said("DBSA at a patience of 3")
     assert f"`enc+dec`: {over_seeds(dbsa, base['seeds'] + ' and ' + dbsa['seeds'])}" in text
     assert f"({mean(dbsa['test BLEU']):.2f} against {mean(base['test BLEU']):.2f})" in text
     assert (dbsa["p (Holm)"] != "–" and float(dbsa["p (Holm)"]) < 0.05) == ("significant after Holm" in text)
@@ -475,9 +493,14 @@ def test_the_dbsa_bullet_says_whether_the_gpu_agrees_from_the_gpus_table():
     (gpu,) = pooled_tables(DEGUCHI_TABLE, budget_block(GPU, "At most 2,000 updates"))
     (cpu,) = pooled_tables(DEGUCHI_TABLE)
     dbsa, on_gpu = cpu["deguchi2019/enc+dec"], gpu["deguchi2019/enc+dec"]
-    same = (float(on_gpu["p (Holm)"]) < 0.05) == (float(dbsa["p (Holm)"]) < 0.05) and (
-        on_gpu["Δ BLEU (95% CI)"][0] == dbsa["Δ BLEU (95% CI)"][0])
-    assert same == ("significant after Holm's correction, as on the GPU" in said("DBSA on both sides, over seeds"))
+    text = said("DBSA on both sides, over seeds")
+    significant = [float(cells["p (Holm)"]) < 0.05 for cells in (dbsa, on_gpu)]
+    sign = on_gpu["Δ BLEU (95% CI)"][0] == dbsa["Δ BLEU (95% CI)"][0]
+    assert (sign and significant[0] == significant[1]) == ("significant after Holm's correction, as on the GPU" in text)
+    runs = {on_gpu["seeds"], gpu["deguchi2019/baseline"]["seeds"]}
+    assert (sign and significant == [True, False] and len(runs) == 1) == (
+        f"the GPU's {on_gpu['seeds']} runs a side give {on_gpu['Δ BLEU (95% CI)'].split(' ')[0]} (Holm "
+        f"{on_gpu['p (Holm)']}): the same sign, not significant after Holm" in text)
 
 
 def test_the_omote_bullet_quotes_the_patience_6_omote_tables():
@@ -521,3 +544,23 @@ def test_the_omote_bullet_quotes_the_patience_6_omote_tables():
     assert helps == {"rel": True, "dep+rel": False}
     assert (f"it holds for `rel` ({mean(rel[column]):.2f} against {mean(rel['test BLEU']):.2f}), not for `dep+rel` "
             f"({mean(dep_rel[column]):.2f} against {mean(dep_rel['test BLEU']):.2f})") in " ".join(averaging.split())
+
+
+def test_each_pooled_tables_holm_column_is_holm_over_its_captions_planned_family():
+    """Holm's p of every pooled table is recomputed from its p (seeds) column over the family its
+    caption states (the comparisons without runs counted as p = 1): the planned family, not only
+    the rows that happen to have run."""
+    blocks = [POOLED, *(budget_block(CONVERGED, f"a run stopped after {p} validations") for p in (3, 6))]
+    checked = 0
+    for block in blocks:
+        for heading in (DEGUCHI_TABLE, OMOTE_GREEDY, OMOTE_BEAM):
+            if f"\n#### {heading}\n" not in block:
+                continue
+            tables = pooled_tables(heading, block)
+            cells = [row for table in tables for row in table.values() if row["p (seeds)"] != "–"]
+            size = family(heading, block)
+            expected = holm([float(row["p (seeds)"]) for row in cells], family=size)
+            # from the p-values as shown (4 decimals): each off by up to 5e-5, times up to the family's size
+            assert [float(row["p (Holm)"]) for row in cells] == pytest.approx(expected, abs=(size + 1) * 5e-5), heading
+            checked += 1
+    assert checked >= 7

@@ -150,7 +150,9 @@ class SeedTest:
 
 def seed_test(baseline: Sequence[float], system: Sequence[float]) -> SeedTest:
     """Welch's t-test of ``system``'s mean against ``baseline``'s (each a score per seed):
-    t = (x̄_s − x̄_b) / √(s_s²/n_s + s_b²/n_b), with the Welch–Satterthwaite degrees of freedom."""
+    t = (x̄_s − x̄_b) / √(s_s²/n_s + s_b²/n_b), with the Welch–Satterthwaite degrees of freedom.
+    Untestable (NaN) where a side has one seed, or where neither side's seeds vary: a difference
+    without any spread to weigh it against is not evidence, and p 0 would claim it is."""
     from scipy import stats
 
     difference = statistics.fmean(system) - statistics.fmean(baseline)
@@ -159,35 +161,42 @@ def seed_test(baseline: Sequence[float], system: Sequence[float]) -> SeedTest:
     var_s, var_b = statistics.variance(system) / len(system), statistics.variance(baseline) / len(baseline)
     se = math.sqrt(var_s + var_b)
     if se == 0.0:  # identical seeds on both sides: no spread to test against
-        return SeedTest(difference, difference, difference, 1.0 if difference == 0 else 0.0)
+        return SeedTest(difference, math.nan, math.nan, math.nan)
     df = (var_s + var_b) ** 2 / (var_s ** 2 / (len(system) - 1) + var_b ** 2 / (len(baseline) - 1))
     p_value = float(stats.ttest_ind(system, baseline, equal_var=False).pvalue)
     margin = float(stats.t.ppf(0.975, df)) * se
     return SeedTest(difference, difference - margin, difference + margin, p_value)
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment of a family of p-values (NaN stays NaN, outside the family):
-    the i-th smallest of m is multiplied by m − i + 1, kept monotone, capped at 1."""
+def holm(p_values: Sequence[float], family: int | None = None) -> list[float]:
+    """Holm's step-down adjustment of a family of p-values: the i-th smallest of m is multiplied
+    by m − i + 1, kept monotone, capped at 1.  NaN (untested) stays NaN.  ``family``: the size
+    m of the family planned in advance (a paper table's comparisons, some not run yet), the
+    missing ones counted as p = 1 (ranked last): an adjusted p can then only fall as they are
+    run, so what is significant now stays so; by default m is the tested p-values' count."""
     order = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    m = len(order) if family is None else family
+    if m < len(order):
+        raise ValueError(f"a family of {m} cannot hold {len(order)} p-values")
     adjusted, running = [math.nan] * len(p_values), 0.0
     for rank, (p, i) in enumerate(order):
-        running = max(running, min(1.0, (len(order) - rank) * p))
+        running = max(running, min(1.0, (m - rank) * p))
         adjusted[i] = running
     return adjusted
 
 
 def seed_columns(scores: list[list[float]], metric: str = "BLEU",
-                 also: Sequence[tuple[int, int]] = ()) -> list[dict[str, str]]:
+                 also: Sequence[tuple[int, int]] = (), family: int | None = None) -> list[dict[str, str]]:
     """The seed-level cells of a table whose first row is the baseline (``scores``: each row's
     ``metric`` per seed): mean ± std, the difference to the baseline with its 95 % CI, Welch's p
     and Holm's p ("–" for the baseline, and where a side has one seed); after them, the
     difference cells of each of ``also``'s comparisons: (row, against) index pairs that a paper
     makes besides each row against its baseline.  Holm's family is every comparison of the
-    table, the rows' and ``also``'s."""
+    table, the rows' and ``also``'s, or ``family`` of them where more are planned (``holm``)."""
     pairs = [(0, row) for row in range(1, len(scores))] + [(against, row) for row, against in also]
     tests = [seed_test(scores[against], scores[row]) for against, row in pairs]
-    cells = [_difference_cells(test, holm_p, metric) for test, holm_p in zip(tests, holm([t.p_value for t in tests]))]
+    adjusted = holm([t.p_value for t in tests], family)
+    cells = [_difference_cells(test, holm_p, metric) for test, holm_p in zip(tests, adjusted)]
     rows = len(scores) - 1
     baseline = {metric: mean_std(scores[0]), f"Δ {metric} (95% CI)": "–", "p (seeds)": "–", "p (Holm)": "–"}
     return [baseline, *({metric: mean_std(score), **cell} for score, cell in zip(scores[1:], cells[:rows])),
@@ -201,7 +210,10 @@ def _difference_cells(test: SeedTest, holm_p: float, metric: str) -> dict[str, s
             "p (Holm)": "–" if math.isnan(holm_p) else f"{holm_p:.4f}"}
 
 
-def seed_methods(metric: str = "BLEU") -> str:
-    """How ``seed_columns`` tested, for a table's caption."""
+def seed_methods(metric: str = "BLEU", family: str = "") -> str:
+    """How ``seed_columns`` tested, for a table's caption (``family``: what Holm's family is, where
+    not the table's rows)."""
+    default = "the table's rows"
     return (f"over seeds: {metric} mean ± std; Δ: the row's mean minus the baseline's, with Welch's 95% CI; "
-            "p (seeds): Welch's t-test, two-sided; p (Holm): Holm's correction over the table's rows")
+            "p (seeds): Welch's t-test, two-sided ('–' where a side has one run, or neither side's runs vary); "
+            f"p (Holm): Holm's correction over {family or default}")

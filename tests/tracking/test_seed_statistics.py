@@ -17,6 +17,8 @@ def test_welch_over_seeds_gives_the_hand_computed_difference_interval_and_p():
     assert (test.low, test.high) == pytest.approx((1.0 - 1.1335, 1.0 + 1.1335), abs=1e-3)
     assert test.p_value == pytest.approx(0.0705, abs=5e-4)
     assert math.isnan(seed_test([22.0], [23.0, 24.0]).p_value)  # one seed: no variance to test
+    alike = seed_test([22.0, 22.0], [23.0, 23.0])  # seeds that agree on both sides: nothing to weigh 1.0 against
+    assert alike.difference == 1.0 and all(math.isnan(value) for value in (alike.low, alike.high, alike.p_value))
 
 
 def test_holm_adjusts_the_family_step_down_and_keeps_it_monotone():
@@ -25,6 +27,18 @@ def test_holm_adjusts_the_family_step_down_and_keeps_it_monotone():
     assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
     adjusted = holm([0.02, math.nan])
     assert adjusted[0] == pytest.approx(0.02) and math.isnan(adjusted[1])  # outside the family
+
+
+def test_holm_over_a_planned_family_counts_the_comparisons_not_run_yet_as_p_1_so_its_ps_only_fall():
+    # a paper table of 4 comparisons, 2 run: × 4 and × 3, as if the other two had p 1
+    assert holm([0.01, 0.02], family=4) == pytest.approx([0.04, 0.06])
+    assert holm([0.01, 0.02], family=4) == pytest.approx(holm([0.01, 0.02, 1.0, 1.0])[:2])
+    # however the missing two turn out, no adjusted p rises (the step-down's terms only shrink)
+    for others in ([0.001, 0.5], [0.015, 0.9], [0.3, 0.3], [0.001, 0.002]):
+        assert all(now <= before + 1e-12 for now, before in zip(holm([0.01, 0.02, *others])[:2],
+                                                                holm([0.01, 0.02], family=4)))
+    with pytest.raises(ValueError):
+        holm([0.01, 0.02, 0.03], family=2)
 
 
 def test_the_seed_columns_test_each_row_against_the_first_and_correct_over_the_table():
