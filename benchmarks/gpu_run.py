@@ -647,8 +647,8 @@ def study_section(studies: list[dict], scored: dict, kind: str, seen: frozenset[
                                                  f"{result['study']['wall_s'] / 60:.1f} min") for result in studies)
     words = gpu_results.budget_words(studies[-1]["study"])
     pooled = (f"### {words[0].upper()}{words[1:]}\n\n"
-              f"{len(studies)} {kind.upper()} run(s) pooled: {runs}. Each paired test pairs runs of the same "
-              f"{kind.upper()} run.\n\n")
+              f"{len(studies)} {kind.upper()} results file(s) pooled, a call each: {runs}. Each paired test pairs "
+              f"runs of the same call.\n\n")
     stopped = (" (a run stopped early counts up to its last validation)"
                if gpu_results.early_stopping(studies[-1]["study"]) else "")
     curves = (f"#### Dev BLEU by update (mean over runs)\n\n{study.curves_table(pooled_curves(studies))}\n\n"

@@ -564,3 +564,17 @@ def test_each_pooled_tables_holm_column_is_holm_over_its_captions_planned_family
             assert [float(row["p (Holm)"]) for row in cells] == pytest.approx(expected, abs=(size + 1) * 5e-5), heading
             checked += 1
     assert checked >= 7
+
+
+def test_the_gpu_reproducibility_paragraph_quotes_the_tabled_calls_dep_rel_seeds():
+    from benchmarks import gpu_results
+
+    (call,) = [result for result in gpu_results.read_all([gpu_results.RESULTS])
+               if gpu_results.device_kind(result) == "gpu" and result.get("study")]
+    scores = {run["seed"]: run["tests"]["test"]["metrics"]["test_bleu"] for run in call["study"]["runs"]
+              if run["row"] == "omote2019/dep+rel"}
+    paragraph = next(part for part in PAGE.split("\n\n") if "The GPU runs are not bit-reproducible" in part)
+    text = " ".join(paragraph.split())
+    assert sorted(scores) == [1, 2, 3]
+    assert (f"where the call in the table below scored {scores[1]:.2f}, {scores[2]:.2f} and {scores[3]:.2f}"
+            in text)

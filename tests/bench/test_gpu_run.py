@@ -133,11 +133,11 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     ratio = baseline["tokens_per_s"] / reference["tokens_per_s"]
     assert loop_rows[0][6] == f"{ratio:.2f}×" and loop_rows[1][6] == "1.00×"  # × the same call's reference
     text = results.read_text()
-    assert "### At most 4 updates, dev BLEU every 2\n\n2 CPU run(s) pooled: " in text
+    assert "### At most 4 updates, dev BLEU every 2\n\n2 CPU results file(s) pooled, a call each: " in text
     # each row's runs and seed numbers; the CPU's line names the headline rows it has not run too
     assert ("trains what is missing): deguchi2019/baseline 2/5 (seeds 1, 1), deguchi2019/enc+dec 0/5, omote2019/rel "
             "0/5, omote2019/dep+rel 2/5 (seeds 1, 1).") in text
-    assert "1 GPU run(s) pooled" in text
+    assert "1 GPU results file(s) pooled" in text
     converged = text[text.index("<!-- CPU_CONVERGED_BEGIN"):text.index("<!-- CPU_CONVERGED_END -->")]
     blocks = converged.split("\n### ")[1:]
     assert ["#### The two devices" in block for block in blocks] == [False, True]  # the GPU ran at patience 2
@@ -145,7 +145,7 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
         f"At most 4 updates, dev BLEU every 2, a run stopped after {patience} validations without a better dev BLEU"
         for patience in (3, 2)]
     for block, rows in zip(blocks, (["deguchi2019/baseline"], ["deguchi2019/baseline", "omote2019/dep+rel"])):
-        assert block.count("run(s) pooled") == 1 and "(a run stopped early counts up to" in block
+        assert block.count("results file(s) pooled") == 1 and "(a run stopped early counts up to" in block
         curves = block.split("#### Dev BLEU")[1].split("#### The two devices")[0]
         assert [line.split(" | ")[0] for line in curves.splitlines()
                 if line.startswith(("| deguchi2019/", "| omote2019/"))] == [f"| {row}" for row in rows]
