@@ -83,7 +83,7 @@ def pooled_budgets(results: list[dict[str, Any]], kind: str = "gpu", converged: 
     ``patience``) or a fixed number of updates, grouped by budget, each group in its files' order:
     the budget first run most recently first (seeds added to an older budget keep its place).
     Runs of another budget train another function: each budget is pooled and tabled on its own,
-    and none is dropped for a newer one."""
+    and none is dropped for a newer one; within one, a (row, seed) counts once (``latest_runs``)."""
     studies = [result for result in results  # a study none of whose runs finished adds nothing
                if device_kind(result) == kind
                and any("failed" not in run for run in (result.get("study") or {}).get("runs", []))
@@ -91,7 +91,22 @@ def pooled_budgets(results: list[dict[str, Any]], kind: str = "gpu", converged: 
     budgets: dict[str, list[dict[str, Any]]] = {}
     for result in studies:
         budgets.setdefault(budget_key(result["study"]), []).append(result)
-    return list(reversed(budgets.values()))
+    return [latest_runs(group) for group in reversed(budgets.values())]
+
+
+def latest_runs(studies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One budget's studies with each (row, seed) kept from its latest file only: a seed trained
+    twice (a rerun, a call given another ``--results-dir``) is one sample, not two, or the tests
+    over seeds would count it twice; a file left without a finished run drops out."""
+    latest = {(run["row"], run["seed"]): index for index, result in enumerate(studies)
+              for run in result["study"]["runs"] if "failed" not in run}
+    kept = []
+    for index, result in enumerate(studies):
+        runs = [run for run in result["study"]["runs"]
+                if "failed" in run or latest[run["row"], run["seed"]] == index]
+        if any("failed" not in run for run in runs):
+            kept.append({**result, "study": {**result["study"], "runs": runs}})
+    return kept
 
 
 def budget_of(study: dict[str, Any]) -> dict[str, Any]:

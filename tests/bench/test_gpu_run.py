@@ -89,13 +89,15 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     kept = tmp_path / "gpu_results"
     kept.mkdir()
     (kept / written.name).write_bytes(written.read_bytes())
-    # (its test BLEU a point lower: two runs of a row that score alike leave no seed variance to test)
+    # (as seed 2, a seed trained twice is pooled once; its test BLEU a point lower: two runs of a row that score
+    # alike leave no seed variance to test)
     copy = tmp_path / "earlier"
     copy.mkdir()
     for name in ("meta.json", "loop.json"):
         (copy / name).write_bytes((out / name).read_bytes())
     lower = json.loads((out / "study.json").read_text())
     for run in lower["runs"]:
+        run["seed"] = 2
         run["tests"]["test"]["metrics"]["test_bleu"] -= 1.0
     (copy / "study.json").write_text(json.dumps(lower))
     earlier = subprocess.run([sys.executable, "-m", "benchmarks.gpu_run", "record", "--from", str(copy), "--commit",
@@ -135,8 +137,8 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     text = results.read_text()
     assert "### At most 4 updates, dev BLEU every 2\n\n2 CPU results file(s) pooled, a call each: " in text
     # each row's runs and seed numbers; the CPU's line names the headline rows it has not run too
-    assert ("trains what is missing): deguchi2019/baseline 2/5 (seeds 1, 1), deguchi2019/enc+dec 0/5, omote2019/rel "
-            "0/5, omote2019/dep+rel 2/5 (seeds 1, 1).") in text
+    assert ("trains what is missing): deguchi2019/baseline 2/5 (seeds 2, 1), deguchi2019/enc+dec 0/5, omote2019/rel "
+            "0/5, omote2019/dep+rel 2/5 (seeds 2, 1).") in text
     assert "1 GPU results file(s) pooled" in text
     converged = text[text.index("<!-- CPU_CONVERGED_BEGIN"):text.index("<!-- CPU_CONVERGED_END -->")]
     blocks = converged.split("\n### ")[1:]
@@ -155,14 +157,12 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     assert "| deguchi2019/baseline | 1 |" in gpu and "CPU run" not in gpu
     section = text[text.index("<!-- CPU_RUNS_BEGIN"):text.index("<!-- CPU_RUNS_END -->")]
     assert section.index("commit 0000000 (20260101-0000)") < section.index("commit abc1234")  # the files in order
-    # the devices side by side: 2 CPU runs and 1 GPU run of each row, seed 1 on both (the GPU's: the later
-    # CPU file's; the earlier one's, a point lower, is the CPU's first run of seed 1; Omote's baseline is the
-    # greedy decoding of the same runs, whose scores were not lowered)
+    # the devices side by side: 2 CPU runs and 1 GPU run of each row, seed 1 on both (the same outputs here)
     devices = section[section.index("#### The two devices"):]
     assert [line.split(" | ")[:2] + line.split(" | ")[3:4] + line.split(" | ")[-1:] for line in devices.splitlines()
             if line.startswith("| deguchi2019/") or line.startswith("| omote2019/")] == [
-        ["| deguchi2019/baseline", "2", "1", "s1 +1.00 |"], ["| omote2019/baseline", "2", "1", "s1 +0.00 |"],
-        ["| omote2019/dep+rel", "2", "1", "s1 +1.00 |"]]
+        ["| deguchi2019/baseline", "2", "1", "s1 +0.00 |"], ["| omote2019/baseline", "2", "1", "s1 +0.00 |"],
+        ["| omote2019/dep+rel", "2", "1", "s1 +0.00 |"]]
     section = section[:section.index("#### The two devices")]
     # how fast each row learns: its dev BLEU at each validation, the mean over its runs (two copies of one here)
     curves = section[section.index("#### Dev BLEU by update (mean over runs)"):]
@@ -255,3 +255,37 @@ def test_the_loop_measures_deterministic_dep_rel_twice_and_the_larger_batches_af
     assert gpu_run.parse_setting("off") == ("off", {})
     with pytest.raises(SystemExit, match="bad loop setting"):
         gpu_run.parse_setting("off+fast")
+
+
+def test_a_seed_trained_twice_at_one_budget_is_pooled_once_from_its_latest_file(tmp_path):
+    """Two results files of one device and budget with the same (row, seed): the later file's run
+    stands for it, the earlier one's goes (a file left without a run with it); another budget's
+    or device's same seed is not touched."""
+    from benchmarks import gpu_results
+
+    def study_of(runs, **budget):
+        return {"max_updates": 2000, "epoch_updates": 250, "wall_s": 60.0, **budget,
+                "runs": [{"row": row, "seed": seed, "tests": {"test": {"metrics": {"test_bleu": bleu}}}}
+                         for row, seed, bleu in runs]}
+
+    gpu_results.write(tmp_path, {"date": "20260101-0000", "device": "cpu"}, None,
+                      study_of([("deguchi2019/baseline", 1, 20.0), ("deguchi2019/enc+dec", 1, 18.0)]))
+    gpu_results.write(tmp_path, {"date": "20260102-0000", "device": "cpu"}, None,
+                      study_of([("deguchi2019/baseline", 1, 21.0), ("deguchi2019/baseline", 2, 22.0)]))
+    gpu_results.write(tmp_path, {"date": "20260103-0000", "device": "cpu"}, None,
+                      study_of([("deguchi2019/enc+dec", 1, 19.0)]))
+    gpu_results.write(tmp_path, {"date": "20260104-0000", "device": "cpu"}, None,
+                      study_of([("deguchi2019/baseline", 1, 25.0)], max_updates=500))
+    gpu_results.write(tmp_path, {"date": "20260105-0000", "device": "H100"}, None,
+                      study_of([("deguchi2019/baseline", 1, 26.0)]))
+    results = gpu_results.read_all([tmp_path])
+    (other, fixed) = gpu_results.pooled_budgets(results, "cpu")  # the budget first run most recently first
+    pooled = {(run["row"], run["seed"]): (result["meta"]["date"], run["tests"]["test"]["metrics"]["test_bleu"])
+              for result in fixed for run in result["study"]["runs"]}
+    assert pooled == {("deguchi2019/baseline", 1): ("20260102-0000", 21.0),
+                      ("deguchi2019/baseline", 2): ("20260102-0000", 22.0),
+                      ("deguchi2019/enc+dec", 1): ("20260103-0000", 19.0)}
+    assert [result["meta"]["date"] for result in fixed] == ["20260102-0000", "20260103-0000"]  # the first: none left
+    assert [len(result["study"]["runs"]) for result in other] == [1]
+    (gpu,) = gpu_results.pooled_budgets(results, "gpu")
+    assert gpu[0]["study"]["runs"][0]["tests"]["test"]["metrics"]["test_bleu"] == 26.0
