@@ -504,17 +504,16 @@ def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int
 
 
 def trained_so_far(results_dir: Path, args, kind: str = HERE) -> tuple[dict[str, int], int]:
-    """The runs each row has in the results files of ``kind``'s device at this budget, and the
-    first seed they have not used."""
+    """The runs each row has in the results files of ``kind``'s device at this budget (a seed
+    trained twice once, as the tables pool it), and the first seed they have not used."""
+    budget = gpu_results.budget_of(vars(study_args(args)))
+    studies = [result for result in (gpu_results.read_all([results_dir]) if results_dir.exists() else [])
+               if result.get("study") and gpu_results.device_kind(result) == kind
+               and gpu_results.budget_of(result["study"]) == budget]
+    seeds = [0, *(run["seed"] for result in studies for run in result["study"]["runs"])]
     counts: dict[str, int] = {}
-    seeds = [0]
-    for result in gpu_results.read_all([results_dir]) if results_dir.exists() else []:
-        run_study = result.get("study") or {}
-        if (not run_study or gpu_results.device_kind(result) != kind
-                or gpu_results.budget_of(run_study) != gpu_results.budget_of(vars(study_args(args)))):
-            continue
-        for run in run_study["runs"]:
-            seeds.append(run["seed"])
+    for result in gpu_results.latest_runs(studies):
+        for run in result["study"]["runs"]:
             if "failed" not in run:
                 counts[run["row"]] = counts.get(run["row"], 0) + 1
     return counts, max(seeds) + 1

@@ -213,6 +213,8 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     gpu_results.write(tmp_path, {"date": "20260104-0000", "device": "H100"}, {"runs": []}, None)  # a loop alone
     on_the_cpu = {**earlier, "runs": [{"row": "deguchi2019/enc+dec", "seed": 1}, {"row": "omote2019/rel", "seed": 5}]}
     gpu_results.write(tmp_path, {"date": "20260105-0000", "device": "cpu"}, None, on_the_cpu)  # GPU_RUN_DEVICE=cpu
+    again = {**earlier, "runs": [{"row": "deguchi2019/baseline", "seed": 1}]}  # a seed trained twice: one run
+    gpu_results.write(tmp_path, {"date": "20260106-0000", "device": "H100"}, None, again)
     trained, first = gpu_run.trained_so_far(tmp_path, budget)
     assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # not the other budgets' or the CPU's
     assert gpu_run.trained_so_far(tmp_path, budget, "cpu") == ({"deguchi2019/enc+dec": 1, "omote2019/rel": 1}, 6)
