@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -479,13 +480,15 @@ def baseline_of(row: str, shared: dict[str, str]) -> str:
 
 
 def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int, max_runs: int,
-               shared: dict[str, str], paired: bool = True) -> list[tuple[str, int]]:
+               shared: dict[str, str], paired: bool = True,
+               fits: Callable[[list[tuple[str, int]]], bool] | None = None) -> list[tuple[str, int]]:
     """The (row, seed) pairs one GPU call trains: the runs each row lacks of its target (``trained``:
     what the results files hold), in rounds of one new seed number each, headline rows first,
     every run with its table's baseline at the same seed (the paired tests pair runs of one GPU
     call; not where ``paired`` is false: the baseline's runs of other calls then stand for it in
-    the seed-level test, and its paired columns show "–"), until ``max_runs``; seeds start at
-    ``first_seed``, after every seed a results file has."""
+    the seed-level test, and its paired columns show "–"), until ``max_runs``, leaving out a run
+    that would not let the plan ``fit`` the call (``call_fits``); seeds start at ``first_seed``,
+    after every seed a results file has."""
     rows = sorted(targets, key=lambda row: (row not in HEADLINE_ROWS, list(targets).index(row)))
     counts = {row: trained.get(row, 0) for row in rows}
     plan: list[tuple[str, int]] = []
@@ -497,10 +500,56 @@ def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int
             wanted = [run for run in dict.fromkeys([*partner, (row, seed)]) if run not in plan]
             if len(plan) + len(wanted) > max_runs:
                 return plan
+            if fits is not None and not fits(plan + wanted):  # too slow now: the rows after it may fit
+                continue
             plan.extend(wanted)
             for run_row, _ in wanted:
                 counts[run_row] = counts.get(run_row, 0) + 1
     return plan
+
+
+# a row without a run on the device yet is planned at the slowest measured row's rate, this many
+# times over (a guess, until its first run measures it); a call's runs end this long before its deadline
+UNMEASURED_FACTOR = 2.0
+MARGIN_S = 60.0
+
+
+def run_rates(results_dir: Path, kind: str = HERE) -> dict[str, tuple[float, int]]:
+    """Each row's pace on ``kind``'s device from every earlier call: its runs' mean wall seconds
+    per update (training, validations and test decoding) and the most runs at once it was
+    measured among."""
+    paces: dict[str, list[float]] = {}
+    together: dict[str, int] = {}
+    for result in gpu_results.read_all([results_dir]) if results_dir.exists() else []:
+        runs = (result.get("study") or {}).get("runs", [])
+        if gpu_results.device_kind(result) != kind:
+            continue
+        for run in runs:
+            if "failed" not in run and run.get("history"):
+                paces.setdefault(run["row"], []).append(run["wall_s"] / run["history"][-1]["step"])
+                together[run["row"]] = max(together.get(run["row"], 0), len(runs))
+    return {row: (statistics.fmean(values), together[row]) for row, values in paces.items()}
+
+
+def call_fits(rates: dict[str, tuple[float, int]], updates: int, seconds: float):
+    """Whether a plan's runs, all at once, end within ``seconds`` at the measured ``rates``: each
+    run takes its row's seconds per update times ``updates`` (the cap: a run may stop earlier),
+    slowed in proportion where more runs share the device than its rate was measured among; a row
+    never measured is taken at the slowest measured row's rate × ``UNMEASURED_FACTOR``; nothing
+    measured on the device yet: every plan fits (``--max-runs`` alone bounds the first call)."""
+    if not rates:
+        return lambda plan: True
+    slowest = max(pace for pace, _ in rates.values()) * UNMEASURED_FACTOR
+    crowd = min(k for _, k in rates.values())
+
+    def fits(plan: list[tuple[str, int]]) -> bool:
+        for row, _ in plan:
+            pace, measured_among = rates.get(row, (slowest, crowd))
+            if pace * updates * max(1.0, len(plan) / measured_among) > seconds:
+                return False
+        return True
+
+    return fits
 
 
 def trained_so_far(results_dir: Path, args, kind: str = HERE) -> tuple[dict[str, int], int]:
@@ -524,8 +573,12 @@ def study_run(args) -> dict:
     shared = study.decoded_as(study_args(args))
     rows = [row for row in args.rows if row not in shared]
     trained, first_seed = trained_so_far(args.results_dir, args)
+    # on a GPU, as many runs as the call's minutes hold at the paces earlier calls measured (a run
+    # the deadline cuts short is lost); on the CPU each run has a core of its own: --max-runs
+    seconds = args.deadline - time.time() - MARGIN_S
+    fits = call_fits(run_rates(args.results_dir), args.max_updates, seconds) if HERE == "gpu" else None
     runs = study_plan(seed_targets(rows, args.seeds, args.headline_seeds), trained, first_seed, args.max_runs, shared,
-                      paired=not args.unpaired)
+                      paired=not args.unpaired, fits=fits)
     log(f"study: {len(runs)} runs this call ({', '.join(f'{row} s{seed}' for row, seed in runs)}); "
         f"before it, at this budget: {trained or 'none'}")
     work = Path(args.work)

@@ -578,3 +578,23 @@ def test_the_gpu_reproducibility_paragraph_quotes_the_tabled_calls_dep_rel_seeds
     assert sorted(scores) == [1, 2, 3]
     assert (f"where the call in the table below scored {scores[1]:.2f}, {scores[2]:.2f} and {scores[3]:.2f}"
             in text)
+
+
+def test_how_many_runs_a_gpu_call_holds_is_its_plan_at_the_recorded_paces():
+    from types import SimpleNamespace
+
+    from benchmarks import gpu_results, gpu_run, study
+
+    rates = gpu_run.run_rates(gpu_results.RESULTS, "gpu")
+    text = " ".join(PAGE.split("A call trains what the results files lack")[1].split("\n\n")[0].split())
+    plans = {}
+    for cap in (2000, 8000):
+        args = SimpleNamespace(max_updates=cap, epoch_updates=250, patience=6 if cap > 2000 else None)
+        shared = study.decoded_as(gpu_run.study_args(args))
+        rows = [row for row in study.ROWS if row not in shared]
+        trained, first = gpu_run.trained_so_far(gpu_results.RESULTS, args, "gpu")
+        fits = gpu_run.call_fits(rates, cap, 9 * 60 - gpu_run.MARGIN_S)
+        plans[cap] = gpu_run.study_plan(gpu_run.seed_targets(rows, 3, 5), trained, first, 16, shared, fits=fits)
+    assert {row for row, _ in plans[8000]} == {"deguchi2019/baseline", "deguchi2019/enc+dec"}
+    assert (f"a 2,000-update call holds {len(plans[2000])} runs and an 8,000-update one {len(plans[8000])}, of "
+            "Deguchi's two rows only") in text

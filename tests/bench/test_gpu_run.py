@@ -291,3 +291,36 @@ def test_a_seed_trained_twice_at_one_budget_is_pooled_once_from_its_latest_file(
     assert [len(result["study"]["runs"]) for result in other] == [1]
     (gpu,) = gpu_results.pooled_budgets(results, "gpu")
     assert gpu[0]["study"]["runs"][0]["tests"]["test"]["metrics"]["test_bleu"] == 26.0
+
+
+def test_a_gpu_call_plans_as_many_runs_as_its_minutes_hold_at_the_paces_earlier_calls_measured(tmp_path):
+    """A run the deadline cuts short is lost: the plan stops where the measured paces (seconds
+    per update, slowed in proportion past the runs at once they were measured among) say the
+    next round would not end in time; an unmeasured row is taken at twice the slowest pace."""
+    from types import SimpleNamespace
+
+    from benchmarks import gpu_results, gpu_run, study
+
+    def run(row: str, seed: int, wall_s: float) -> dict:
+        return {"row": row, "seed": seed, "wall_s": wall_s, "history": [{"step": 2000}]}
+
+    # the first GPU call's shape: 3 rows x 3 seeds at once, about 2 minutes for 2,000 updates each
+    runs = [run(row, seed, 120.0) for row in study.STUDY_ROWS for seed in (1, 2, 3)]
+    gpu_results.write(tmp_path, {"date": "20260101-0000", "device": "H100"}, None,
+                      {"max_updates": 2000, "epoch_updates": 250, "wall_s": 130.0, "runs": runs})
+    on_the_cpu = [run("omote2019/rel", 1, 9e3)]  # another device's pace: not used
+    gpu_results.write(tmp_path, {"date": "20260102-0000", "device": "cpu"}, None,
+                      {"max_updates": 2000, "epoch_updates": 250, "wall_s": 9e3, "runs": on_the_cpu})
+    rates = gpu_run.run_rates(tmp_path, "gpu")
+    assert rates == {row: (0.06, 9) for row in study.STUDY_ROWS}
+    fits = gpu_run.call_fits(rates, 8000, 480.0)  # a 9-minute call less its margin, at a cap of 8,000 updates
+    baseline = [("deguchi2019/baseline", seed) for seed in range(10)]
+    assert fits(baseline[:9]) and not fits(baseline[:10])  # 480 s each at 9 at once; 10 share the device more
+    assert not fits([("omote2019/rel", 1)])  # never measured: 0.12 s an update, 960 s
+    assert gpu_run.call_fits(rates, 2000, 480.0)([("omote2019/rel", 1)] * 16)  # 2,000 updates: 427 s
+    shared = study.decoded_as(gpu_run.study_args(SimpleNamespace(max_updates=8000, epoch_updates=250)))
+    rows = [row for row in study.ROWS if row not in shared]
+    plan = gpu_run.study_plan(gpu_run.seed_targets(rows, 3, 5), {}, 1, 16, shared, fits=fits)
+    # the measured rows, 9 at once; omote2019/rel (with its baseline) and the rows never run on the GPU left out
+    assert plan == [(row, seed) for seed in (1, 2, 3) for row in study.STUDY_ROWS]
+    assert gpu_run.call_fits({}, 8000, 1.0)(baseline)  # nothing measured on the device: --max-runs alone
