@@ -12,6 +12,8 @@ from scipy import stats
 
 from platform.tracking.significance import holm
 
+UNSEEN = "test BLEU, unseen"
+
 PAGE = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
 CPU = PAGE[PAGE.index("<!-- STUDY_BEGIN"):PAGE.index("<!-- STUDY_END -->")]
 
@@ -598,3 +600,18 @@ def test_how_many_runs_a_gpu_call_holds_is_its_plan_at_the_recorded_paces():
     assert {row for row, _ in plans[8000]} == {"deguchi2019/baseline", "deguchi2019/enc+dec"}
     assert (f"a 2,000-update call holds {len(plans[2000])} runs and an 8,000-update one {len(plans[8000])}, of "
             "Deguchi's two rows only") in text
+
+
+def test_the_unseen_bullet_quotes_the_pooled_tables_unseen_column():
+    text = said("Without the 60 test pairs seen in training")
+    drops, same_order = [], True
+    for heading in (DEGUCHI_TABLE, OMOTE_GREEDY, OMOTE_BEAM):
+        rows = pooled_tables(heading)[0].values()
+        drops += [mean(row["test BLEU"]) - mean(row[UNSEEN]) for row in rows]
+        same_order &= sorted(rows, key=lambda row: mean(row["test BLEU"])) == sorted(rows, key=lambda row: mean(
+            row[UNSEEN]))
+    assert f"Every row scores {min(drops):.2f} to {max(drops):.2f} BLEU lower" in text and min(drops) > 0
+    assert same_order == ("each table's rows keep their order there" in text)
+    (overlap,) = set(re.findall(r"without the (\d+) test pairs whose reference is also a training target", PAGE))
+    assert f"**Without the {overlap} test pairs seen in training.**" in text
+    assert f"the other {500 - int(overlap)}" in text
