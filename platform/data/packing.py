@@ -31,11 +31,9 @@ def collate_packed(examples: Examples, indices: Sequence[int], width: int, bucke
     nothing to the loss (its targets are padding).
 
     ``least``: at least this many rows and positions a side (``BatchingConfig.fixed_shape``:
-    a batch with fewer sentences, such as an epoch's last, takes the full batch's shape)."""
+    every batch of an epoch takes the shape of the one with the most rows)."""
     indices = np.asarray(indices, dtype=np.int64)
-    src_len, tgt_len = examples.lengths_of(indices)
-    tgt_len = tgt_len + 1  # + EOS / BOS
-    rows = _first_fit(src_len, tgt_len, max(width, int(src_len.max()), int(tgt_len.max())))
+    rows, src_len, tgt_len = _packed_rows(examples, indices, width)
     order = [m for members in rows for m in members]  # the batch's sentences in row order
     indices, src_len, tgt_len = indices[order], src_len[order], tgt_len[order]
     row = np.repeat(np.arange(len(rows)), [len(members) for members in rows])  # [N] each sentence's row
@@ -101,6 +99,21 @@ def _add_bos_eos(tgt: np.ndarray, words: _Spans, row: np.ndarray) -> np.ndarray:
     rows, cols = words.rows_cols
     tgt_in[rows, cols + 1] = tgt[rows, cols]
     return tgt_in
+
+
+def packed_row_count(examples: Examples, indices: Sequence[int], width: int, bucket: int = 1) -> int:
+    """The rows ``collate_packed`` packs the sentences of ``indices`` into, padded to ``bucket``
+    (its first fit only: no column is read)."""
+    return round_up(len(_packed_rows(examples, np.asarray(indices, dtype=np.int64), width)[0]), bucket)
+
+
+def _packed_rows(examples: Examples, indices: np.ndarray, width: int) -> tuple[list[np.ndarray], np.ndarray,
+                                                                               np.ndarray]:
+    """The first-fit rows of ``indices``'s sentences (``_first_fit``), with their source lengths
+    and target lengths + 1 (EOS / BOS)."""
+    src_len, tgt_len = examples.lengths_of(indices)
+    tgt_len = tgt_len + 1
+    return _first_fit(src_len, tgt_len, max(width, int(src_len.max()), int(tgt_len.max()))), src_len, tgt_len
 
 
 def _first_fit(src_len: np.ndarray, tgt_len: np.ndarray, width: int) -> list[np.ndarray]:
