@@ -153,7 +153,11 @@ def loop_table(results: list[dict[str, Any]]) -> str:
                 continue
             profile = entry.get("profile") or {}
             kernels = f"{profile['kernels_per_update']:,.0f}" if "kernels_per_update" in profile else "–"
-            busy = f"{profile['gpu_busy']:.0%}" if "gpu_busy" in profile else "–"
+            # the profiled updates' kernel time against the timed updates' wall time: the profiler slows a
+            # launch-bound update's host side, not its kernels (and the first files' profiled wall spans
+            # one update too few: gpu_run.profiled_stamps)
+            busy = (f"{profile['kernel_ms_per_update'] / entry['ms_per_update']:.0%}"
+                    if "kernel_ms_per_update" in profile else "–")
             # the reference trains the loop's own batch: no ratio for a run at another (@N)
             ratio = f"{entry['tokens_per_s'] / reference:.2f}×" if reference and "@" not in entry["compile"] else "–"
             lines.append(f"| {run} | `{entry['row']}` | `{entry['compile']}` | {entry['ms_per_update']:.1f} | "
@@ -163,7 +167,8 @@ def loop_table(results: list[dict[str, Any]]) -> str:
              "size, compiled, fused AdamW (`reference`; \"–\" for a run without it). `compile`: the mode, "
              "`+deterministic` for `deterministic=true`, `@N` for N target positions an update, `#2` for a rerun. "
              "`losses`: a digest of every update's loss and gradient norm: a rerun with the same digest "
-             "repeated every update's loss and gradient norm bit for bit.\n\n")
+             "repeated every update's loss and gradient norm bit for bit. `GPU busy`: the profiled updates' kernel "
+             "time against the timed updates' wall time (`ms / update`).\n\n")
     commands = "\n".join(f"- {setting(result, '`' + result['meta'].get('command', '?') + '`')}"
                          for result in results if result.get("loop"))
     return ("\n".join(lines) + f"\n\n{notes}The GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n"

@@ -324,3 +324,15 @@ def test_a_gpu_call_plans_as_many_runs_as_its_minutes_hold_at_the_paces_earlier_
     # the measured rows, 9 at once; omote2019/rel (with its baseline) and the rows never run on the GPU left out
     assert plan == [(row, seed) for seed in (1, 2, 3) for row in study.STUDY_ROWS]
     assert gpu_run.call_fits({}, 8000, 1.0)(baseline)  # nothing measured on the device: --max-runs alone
+
+
+def test_the_profiled_wall_spans_exactly_the_profiled_updates():
+    """The loop's progress stamps, one at each update's end (update i + 1 at index i): the
+    profiler runs from update warmup + updates to the run's last, ``profile`` updates later."""
+    from benchmarks import gpu_run
+
+    warmup, updates, profile = 45, 60, 3
+    stamps = [(step, float(step) * 0.05, 0.0, 0.0) for step in range(1, warmup + updates + profile + 1)]
+    window = gpu_run.profiled_stamps(stamps, warmup + updates, profile)
+    assert [stamp[0] for stamp in window] == [105, 106, 107, 108]  # 4 stamps, 3 intervals
+    assert (window[-1][1] - window[0][1]) / profile == pytest.approx(0.05)  # the update's wall, not 2/3 of it
