@@ -41,6 +41,7 @@ from types import SimpleNamespace
 
 from benchmarks import gpu_results, study  # both standard library only at import
 
+STARTED = time.time()  # the call's --minutes count from here: the preflight's imports are in them
 ROOT = Path(__file__).resolve().parents[1]
 THIS = [sys.executable, "-m", "benchmarks.gpu_run"]  # this benchmark again, in a process of its own
 
@@ -130,9 +131,10 @@ def preflight(args) -> None:
     for module in NEEDS:
         try:
             importlib.import_module(module)
-        except ImportError as error:
+        except Exception as error:  # noqa: BLE001 - not only ImportError: a version's missing name, a shared library
             carried = " (carried: run `python -m benchmarks.gpu_run carry` first)" if module in CARRIED else ""
-            raise SystemExit(f"gpu_run: cannot run here: {module} does not import: {error}{carried}") from None
+            raise SystemExit(f"gpu_run: cannot run here: {module} does not import: "
+                             f"{type(error).__name__}: {error}{carried}") from None
     if not (Path(args.data) / "meta.json").is_file():
         raise SystemExit(f"gpu_run: cannot run here: no prepared dataset at {args.data} (no meta.json)")
     test = Path(getattr(args, "test", ""))
@@ -411,10 +413,23 @@ def worker(command: list[str], timeout: float, args) -> dict:
     except subprocess.TimeoutExpired:
         log(f"{' '.join(command[:5])} timed out after {timeout:.0f} s")
         return {"command": command, "failed": f"timed out after {timeout:.0f} s"}
-    if done.returncode:
-        log(f"{' '.join(command[:5])} failed after {time.time() - started:.0f} s:\n{done.stderr[-3000:]}")
-        return {"command": command, "failed": done.stderr[-3000:]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = None if done.returncode else last_json(done.stdout)
+    if result is None:
+        why = f"exit {done.returncode}" if done.returncode else "no JSON result on its last line"
+        log(f"{' '.join(command[:5])} failed ({why}) after {time.time() - started:.0f} s:\n{done.stderr[-3000:]}")
+        return {"command": command, "failed": f"{why}: {done.stderr[-3000:]}"}
+    return result
+
+
+def last_json(stdout: str) -> dict | None:
+    """A worker's result: the JSON object on its output's last line (None where there is none: a
+    stray line from a library after it must fail that run only, not the call's results file)."""
+    lines = stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    return result if isinstance(result, dict) else None
 
 
 def write_json(path: Path, value) -> None:
@@ -613,14 +628,14 @@ def study_run(args) -> dict:
             process.wait()
             stdout = ""
         log_file.close()
-        lines = stdout.strip().splitlines()
-        if process.returncode or not lines:
-            why = "past the deadline" if process.returncode == -9 else f"exit {process.returncode}"
+        entry = None if process.returncode else last_json(stdout)
+        if entry is None:
+            why = ("past the deadline" if process.returncode == -9 else f"exit {process.returncode}"
+                   if process.returncode else "no JSON result on its last line")
             tail = Path(log_file.name).read_text()[-3000:]
             log(f"study {row} seed {seed} failed ({why}):\n{tail}")
             results["runs"].append({"row": row, "seed": seed, "failed": f"{why}: {tail}"})
             continue
-        entry = json.loads(lines[-1])
         results["runs"].append(entry)
         bleu = {kind: round(test["metrics"][f"{kind}_bleu"], 2) for kind, test in entry["tests"].items()}
         log(f"study {row:<22} seed {seed}: {bleu}  trained in {entry['train_s']:.0f} s, "
@@ -890,7 +905,7 @@ def main() -> int:
         print(json.dumps((loop_one if args.command == "loop-one" else study_one)(args)))
         return 0
     preflight(args)
-    started = time.time()
+    started = STARTED
     args.out_dir.mkdir(parents=True, exist_ok=True)
     Path(args.work if hasattr(args, "work") else args.out_dir).mkdir(parents=True, exist_ok=True)
     write_json(args.out_dir / "meta.json", machine())

@@ -336,3 +336,13 @@ def test_the_profiled_wall_spans_exactly_the_profiled_updates():
     window = gpu_run.profiled_stamps(stamps, warmup + updates, profile)
     assert [stamp[0] for stamp in window] == [105, 106, 107, 108]  # 4 stamps, 3 intervals
     assert (window[-1][1] - window[0][1]) / profile == pytest.approx(0.05)  # the update's wall, not 2/3 of it
+
+
+def test_a_workers_stray_output_fails_its_run_only():
+    """A worker's result is the JSON object on its last line; a library's stray line after it, or
+    no output at all, is that run's failure (recorded), not an exception that loses the call."""
+    from benchmarks import gpu_run
+
+    assert gpu_run.last_json('warming up\n{"row": "r", "tokens_per_s": 1.0}\n') == {"row": "r", "tokens_per_s": 1.0}
+    assert gpu_run.last_json('{"row": "r"}\nW1201 a library warns\n') is None
+    assert gpu_run.last_json("") is None and gpu_run.last_json("[1, 2]") is None
