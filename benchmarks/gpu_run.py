@@ -349,11 +349,13 @@ BATCHES = (32768, 65536)  # target positions an update tried beside --max-tokens
 
 
 def loop_plan(results: list[dict]):
-    """The next (row, setting) to run after ``results``, or None: the baseline eager and with CUDA
-    graphs, the plain compiled baseline next if the graphs failed, the reference; ``dep+rel``
-    eager, then deterministic twice (its cost, and whether its losses repeat); the other syntax
-    rows eager, the plain compiled baseline, the syntax rows in the baseline's best compiled mode;
-    then the baseline there at the larger batches (``BATCHES``)."""
+    """The next (row, setting) to run after ``results``, or None, the decisive measurements first
+    (a call's loop gets minutes for about 7 runs): the baseline eager and with CUDA graphs, the
+    plain compiled baseline next if the graphs failed, the reference (the ratio needs the same
+    call); the syntax rows in the baseline's best compiled mode (their share of its speed), the
+    baseline there at the larger batches (``BATCHES``: the GPU batch); then ``dep+rel`` eager and
+    deterministic twice (its cost, and whether its losses repeat), the other syntax rows eager and
+    the plain compiled baseline."""
     done = {(r["row"], r["compile"]) for r in results}
     ok = {(r["row"], r["compile"]): r["mfu"] for r in results if "mfu" in r}
     compiled = {mode: mfu for (row, mode), mfu in ok.items()
@@ -362,10 +364,10 @@ def loop_plan(results: list[dict]):
     deprel = "omote2019/dep+rel"
     plan = [(BASELINE, "off"), (BASELINE, "reduce-overhead"), (REFERENCE, "default")]
     plan += [(BASELINE, "default")] if (BASELINE, "reduce-overhead") not in ok else []
-    plan += [(deprel, "off"), (deprel, "off+deterministic"), (deprel, "off+deterministic#2")]
-    plan += [(row, "off") for row in LOOP_ROWS[1:]] + [(BASELINE, "default")]
     plan += [(row, best) for row in LOOP_ROWS[1:] if best]
     plan += [(BASELINE, f"{best}@{tokens}") for tokens in BATCHES if best]
+    plan += [(deprel, "off"), (deprel, "off+deterministic"), (deprel, "off+deterministic#2")]
+    plan += [(row, "off") for row in LOOP_ROWS[1:]] + [(BASELINE, "default")]
     return next((step for step in plan if step not in done), None)
 
 

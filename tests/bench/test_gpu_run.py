@@ -234,10 +234,11 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     assert gpu_run.study_plan(omote, {}, 3, 2, shared) == [("deguchi2019/baseline", 3), ("omote2019/rel", 3)]
 
 
-def test_the_loop_measures_deterministic_dep_rel_twice_and_the_larger_batches_after_the_compiled_rows():
-    """The loop's plan, run by run: the baseline and reference first, ``dep+rel`` eager then
-    deterministic twice (cost, and whether the losses repeat), the larger batches last in the
-    baseline's best compiled mode; settings parse to the config they change."""
+def test_the_loop_measures_the_compiled_syntax_rows_and_the_larger_batches_before_the_rest():
+    """The loop's plan, run by run, the decisive measurements first: the baseline and reference,
+    the syntax rows in the baseline's best compiled mode, the larger batches there; then
+    ``dep+rel`` eager and deterministic twice (cost, and whether the losses repeat), the syntax rows
+    eager; settings parse to the config they change."""
     from benchmarks import gpu_run
 
     results: list[dict] = []
@@ -246,11 +247,14 @@ def test_the_loop_measures_deterministic_dep_rel_twice_and_the_larger_batches_af
         mfu = {("deguchi2019/baseline", "reduce-overhead"): 0.06, ("deguchi2019/baseline", "default"): 0.05}
         results.append({"row": row, "compile": setting, "mfu": mfu.get(step, 0.04)})
     steps = [(r["row"], r["compile"]) for r in results]
-    assert steps[:6] == [("deguchi2019/baseline", "off"), ("deguchi2019/baseline", "reduce-overhead"),
-                         ("reference", "default"), ("omote2019/dep+rel", "off"),
-                         ("omote2019/dep+rel", "off+deterministic"), ("omote2019/dep+rel", "off+deterministic#2")]
-    assert steps[-2:] == [("deguchi2019/baseline", "reduce-overhead@32768"),
-                          ("deguchi2019/baseline", "reduce-overhead@65536")]
+    assert steps[:8] == [("deguchi2019/baseline", "off"), ("deguchi2019/baseline", "reduce-overhead"),
+                         ("reference", "default"), ("deguchi2019/enc+dec", "reduce-overhead"),
+                         ("omote2019/rel", "reduce-overhead"), ("omote2019/dep+rel", "reduce-overhead"),
+                         ("deguchi2019/baseline", "reduce-overhead@32768"),
+                         ("deguchi2019/baseline", "reduce-overhead@65536")]
+    assert steps[8:11] == [("omote2019/dep+rel", "off"), ("omote2019/dep+rel", "off+deterministic"),
+                           ("omote2019/dep+rel", "off+deterministic#2")]
+    assert steps[-1] == ("deguchi2019/baseline", "default")
     assert len(steps) == len(set(steps))
     assert gpu_run.parse_setting("reduce-overhead+deterministic@32768#2") == (
         "reduce-overhead", {"deterministic": True, "batching.max_tokens": 32768})
