@@ -88,8 +88,11 @@ def carry(wheels: Path, tanaka: Path, data: Path, test: Path) -> list[Path]:
         raise SystemExit(f"gpu_run carry: no Tanaka test pair in {tanaka} (test.ja.conllu.gz, test.en.conllu.gz): "
                          f"give --tanaka DIR")
     wheels.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    if commit.returncode == 0:  # the results file's commit, read there (no git in the GPU machine's copy)
+    # the results file's commit, read there (no git in the GPU machine's copy); "-dirty" where the
+    # checkout that travels has changes no commit holds
+    commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=ROOT, capture_output=True,
+                            text=True)
+    if commit.returncode == 0:
         (ROOT / ".gpu").mkdir(exist_ok=True)
         (ROOT / ".gpu" / "commit").write_text(commit.stdout.strip() + "\n")
     for name in CARRIED:
