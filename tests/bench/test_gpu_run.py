@@ -107,7 +107,8 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     # and a GPU's study of the same seed (this one's, relabelled): the two devices are never pooled
     from benchmarks import gpu_results
 
-    gpu_results.write(kept, {**record["meta"], "device": "NVIDIA H100 80GB HBM3", "date": "20260102-0000"}, None, study)
+    gpu_results.write(kept, {**record["meta"], "device": "NVIDIA H100 80GB HBM3", "date": "20260102-0000"}, loop,
+                      study)
     # and CPU studies at two converged budgets (early stopping): tabled in a section of their own,
     # never pooled with the fixed budget's or with each other, the newest budget first
     gpu_results.write(kept, {**record["meta"], "date": "20260103-0000"}, None, {**study, "patience": 2})
@@ -124,8 +125,11 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
                             "--out", str(results), "--performance", str(performance), "--cluster", str(cluster)],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr[-3000:]
-    # what an afternoon buys, from the newest run's fastest measured baseline setting
-    assert f"| {baseline['tokens_per_s']:,.0f} target tokens/s a GPU, paper size |" in cluster.read_text()
+    # what an afternoon buys, from the newest GPU run's fastest measured baseline setting (the CPU's loops are no
+    # GPU rate), no syntax row measured there
+    (line,) = [line for line in cluster.read_text().splitlines() if "target tokens/s a GPU" in line]
+    assert (f"| {baseline['tokens_per_s']:,.0f} target tokens/s a GPU, paper size, for the baseline (no syntax row "
+            f"measured: each at this rate) | NVIDIA H100 80GB HBM3, torch") in line
     measured = performance.read_text()
     loop_rows = [line.split(" | ") for line in measured.splitlines() if line.startswith("| cpu, ")]
     assert [row[:3] for row in loop_rows] == [
@@ -350,3 +354,28 @@ def test_a_workers_stray_output_fails_its_run_only():
     assert gpu_run.last_json('warming up\n{"row": "r", "tokens_per_s": 1.0}\n') == {"row": "r", "tokens_per_s": 1.0}
     assert gpu_run.last_json('{"row": "r"}\nW1201 a library warns\n') is None
     assert gpu_run.last_json("") is None and gpu_run.last_json("[1, 2]") is None
+
+
+def test_an_afternoon_prices_each_syntax_row_at_its_own_measured_share_of_the_baseline():
+    from benchmarks import gpu_results
+
+    def entry(row: str, mode: str, rate: float) -> dict:
+        return {"row": row, "compile": mode, "tokens_per_s": rate}
+
+    result = {"meta": {"device": "NVIDIA H100 80GB HBM3", "date": "20260101-0000"}, "name": "a.json.gz",
+              "loop": {"runs": [entry("deguchi2019/baseline", "off", 100.0),
+                                entry("deguchi2019/baseline", "reduce-overhead", 150.0),
+                                entry("omote2019/dep+rel", "off", 86.0),
+                                entry("omote2019/dep+rel", "reduce-overhead", 60.0),
+                                entry("omote2019/rel", "reduce-overhead", 120.0),
+                                entry("deguchi2019/enc+dec", "reduce-overhead@32768", 300.0)]}}
+    shares = gpu_results.row_shares(result)
+    assert shares == {"omote2019/dep+rel": pytest.approx(0.86), "omote2019/rel": pytest.approx(0.8)}  # eager first
+    priced = gpu_results.afternoon([result])
+    assert "150 target tokens/s a GPU, paper size, for the baseline (the syntax rows at `dep+rel` 0.86×, `rel` " \
+           "0.80× of it)" in priced
+    # enc+dec only at another batch: the DBSA rows at the slowest measured share (0.80), the rest at theirs
+    hours = 3 * 3e6 * 30 / 150 / 3600 * (20 * (1 + 3 / 0.8) + 30 * (1 + 1 / 0.8 + 2 / 0.86))
+    assert f"| {hours:,.0f} GPU-hours, {hours / 4:,.0f} h on 4 GPUs |" in priced
+    cpu = {**result, "meta": {**result["meta"], "device": "cpu"}}
+    assert gpu_results.afternoon([cpu]).startswith("No GPU run has measured")  # a CPU's loop is no GPU rate
