@@ -357,8 +357,8 @@ def loop_plan(results: list[dict]):
     plain compiled baseline next if the graphs failed, the reference (the ratio needs the same
     call); the syntax rows in the baseline's best compiled mode (their share of its speed), the
     baseline there at the larger batches (``BATCHES``: the GPU batch); then ``dep+rel`` eager and
-    deterministic twice (its cost, and whether its losses repeat), the other syntax rows eager and
-    the plain compiled baseline."""
+    deterministic twice (its cost, and whether its losses repeat) and deterministic compiled, the
+    other syntax rows eager and the plain compiled baseline."""
     done = {(r["row"], r["compile"]) for r in results}
     ok = {(r["row"], r["compile"]): r["mfu"] for r in results if "mfu" in r}
     compiled = {mode: mfu for (row, mode), mfu in ok.items()
@@ -370,6 +370,7 @@ def loop_plan(results: list[dict]):
     plan += [(row, best) for row in LOOP_ROWS[1:] if best]
     plan += [(BASELINE, f"{best}@{tokens}") for tokens in BATCHES if best]
     plan += [(deprel, "off"), (deprel, "off+deterministic"), (deprel, "off+deterministic#2")]
+    plan += [(deprel, f"{best}+deterministic")] if best else []  # its cost where the rows train compiled
     plan += [(row, "off") for row in LOOP_ROWS[1:]] + [(BASELINE, "default")]
     return next((step for step in plan if step not in done), None)
 

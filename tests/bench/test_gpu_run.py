@@ -256,8 +256,9 @@ def test_the_loop_measures_the_compiled_syntax_rows_and_the_larger_batches_befor
                          ("omote2019/rel", "reduce-overhead"), ("omote2019/dep+rel", "reduce-overhead"),
                          ("deguchi2019/baseline", "reduce-overhead@32768"),
                          ("deguchi2019/baseline", "reduce-overhead@65536")]
-    assert steps[8:11] == [("omote2019/dep+rel", "off"), ("omote2019/dep+rel", "off+deterministic"),
-                           ("omote2019/dep+rel", "off+deterministic#2")]
+    assert steps[8:12] == [("omote2019/dep+rel", "off"), ("omote2019/dep+rel", "off+deterministic"),
+                           ("omote2019/dep+rel", "off+deterministic#2"), ("omote2019/dep+rel",
+                                                                          "reduce-overhead+deterministic")]
     assert steps[-1] == ("deguchi2019/baseline", "default")
     assert len(steps) == len(set(steps))
     assert gpu_run.parse_setting("reduce-overhead+deterministic@32768#2") == (
