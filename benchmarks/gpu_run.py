@@ -546,8 +546,8 @@ MARGIN_S = 60.0
 
 def run_rates(results_dir: Path, kind: str = HERE) -> dict[str, tuple[float, int]]:
     """Each row's pace on ``kind``'s device from every earlier call: its runs' mean wall seconds
-    per update (training, validations and test decoding) and the most runs at once it was
-    measured among."""
+    per update (training, validations and test decoding) and the fewest runs at once it was
+    measured among (a plan of more is slowed in proportion from there: the cautious reading)."""
     paces: dict[str, list[float]] = {}
     together: dict[str, int] = {}
     for result in gpu_results.read_all([results_dir]) if results_dir.exists() else []:
@@ -557,7 +557,7 @@ def run_rates(results_dir: Path, kind: str = HERE) -> dict[str, tuple[float, int
         for run in runs:
             if "failed" not in run and run.get("history"):
                 paces.setdefault(run["row"], []).append(run["wall_s"] / run["history"][-1]["step"])
-                together[run["row"]] = max(together.get(run["row"], 0), len(runs))
+                together[run["row"]] = min(together.get(run["row"], len(runs)), len(runs))
     return {row: (statistics.fmean(values), together[row]) for row, values in paces.items()}
 
 
