@@ -12,7 +12,8 @@ Training's variance is tested at the seed level (``seed_test``, ``seed_columns``
 one independent training run, so a row's scores over seeds are its sample, and the difference
 of two rows' means is tested with Welch's t-test (two-sided, unequal variances: a syntax model's
 seeds need not vary as the baseline's do), with its 95 % confidence interval, and the p-values of
-one table (its rows against the same baseline) corrected together with Holm's step-down method.
+one table (its rows against the same baseline) corrected together with Holm's step-down method,
+over a family planned in advance where the table is a paper's (``holm``'s ``family``).
 Welch rather than an almost-stochastic-order test: with 3 to 5 seeds a row, a mean difference and
 its interval are what a reader compares with the papers' reported gains, and it needs nothing
 beyond scipy.
