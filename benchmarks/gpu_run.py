@@ -427,6 +427,20 @@ def worker(command: list[str], timeout: float, args) -> dict:
     return result
 
 
+def run_result(work: str | Path, row: str, seed: int) -> Path:
+    """Where a study run (``study-one``) writes its result: beside its outputs in ``--work``."""
+    return Path(work) / f"{study.slug(row)}-s{seed}.json"
+
+
+def read_result(path: Path) -> dict | None:
+    """A study run's result file (``run_result``), or None where it is missing or not whole."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
 def last_json(stdout: str) -> dict | None:
     """A worker's result: the JSON object on its output's last line (None where there is none: a
     stray line from a library after it must fail that run only, not the call's results file)."""
@@ -621,23 +635,24 @@ def study_run(args) -> dict:
                    "--epoch-updates", str(args.epoch_updates),
                    *(["--patience", str(args.patience)] if args.patience else [])]
         log_file = open(work / f"{study.slug(row)}-s{seed}.log", "w")
-        processes[(row, seed)] = (subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                                   stderr=log_file, text=True), log_file)
+        run_result(work, row, seed).unlink(missing_ok=True)  # an earlier call's, in a reused --work
+        processes[(row, seed)] = (subprocess.Popen(command, cwd=ROOT, env=env, stdout=log_file,
+                                                   stderr=subprocess.STDOUT), log_file)
     results: dict = {"rows": sorted({row for row, _ in runs}), "seeds": sorted({seed for _, seed in runs}),
                      "max_updates": args.max_updates, "epoch_updates": args.epoch_updates,
                      "patience": args.patience, "runs": []}
     for (row, seed), (process, log_file) in processes.items():
         try:
-            stdout, _ = process.communicate(timeout=max(1.0, args.deadline - time.time()))
+            process.wait(timeout=max(1.0, args.deadline - time.time()))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            stdout = ""
         log_file.close()
-        entry = None if process.returncode else last_json(stdout)
+        written = run_result(work, row, seed)
+        entry = None if process.returncode else read_result(written)
         if entry is None:
             why = ("past the deadline" if process.returncode == -9 else f"exit {process.returncode}"
-                   if process.returncode else "no JSON result on its last line")
+                   if process.returncode else f"no JSON result in {written}")
             tail = Path(log_file.name).read_text()[-3000:]
             log(f"study {row} seed {seed} failed ({why}):\n{tail}")
             results["runs"].append({"row": row, "seed": seed, "failed": f"{why}: {tail}"})
@@ -907,8 +922,11 @@ def main() -> int:
     if args.command == "record":
         print(gpu_results.record(args.source, args.commit, args.ran, args.date, args.to))
         return 0
-    if args.command in ("loop-one", "study-one"):
-        print(json.dumps((loop_one if args.command == "loop-one" else study_one)(args)))
+    if args.command == "loop-one":
+        print(json.dumps(loop_one(args)))
+        return 0
+    if args.command == "study-one":  # a file, not the pipe: ~100 KB of hypotheses, kept if the caller dies
+        write_json(run_result(args.work, args.row, args.seed), study_one(args))
         return 0
     preflight(args)
     started = STARTED

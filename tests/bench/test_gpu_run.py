@@ -347,10 +347,18 @@ def test_the_profiled_wall_spans_exactly_the_profiled_updates():
     assert (window[-1][1] - window[0][1]) / profile == pytest.approx(0.05)  # the update's wall, not 2/3 of it
 
 
-def test_a_workers_stray_output_fails_its_run_only():
-    """A worker's result is the JSON object on its last line; a library's stray line after it, or
-    no output at all, is that run's failure (recorded), not an exception that loses the call."""
+def test_a_workers_stray_output_fails_its_run_only(tmp_path):
+    """A loop worker's result is the JSON object on its last line, a study run's its result file;
+    a library's stray line after it, no output at all, or a file cut short, is that run's failure
+    (recorded), not an exception that loses the call."""
     from benchmarks import gpu_run
+
+    written = gpu_run.run_result(tmp_path, "omote2019/dep+rel", 3)
+    assert written.name == "omote2019-dep-rel-s3.json" and gpu_run.read_result(written) is None  # none written
+    gpu_run.write_json(written, {"row": "omote2019/dep+rel", "tests": {"test": {"hyp": ["a"] * 9000}}})
+    assert gpu_run.read_result(written)["row"] == "omote2019/dep+rel"
+    written.write_text(written.read_text()[:65536])  # what a pipe's buffer held of it
+    assert gpu_run.read_result(written) is None
 
     assert gpu_run.last_json('warming up\n{"row": "r", "tokens_per_s": 1.0}\n') == {"row": "r", "tokens_per_s": 1.0}
     assert gpu_run.last_json('{"row": "r"}\nW1201 a library warns\n') is None
