@@ -525,21 +525,28 @@ def baseline_of(row: str, shared: dict[str, str]) -> str:
 
 def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int, max_runs: int,
                shared: dict[str, str], paired: bool = True,
-               fits: Callable[[list[tuple[str, int]]], bool] | None = None) -> list[tuple[str, int]]:
+               fits: Callable[[list[tuple[str, int]]], bool] | None = None,
+               seeds: dict[str, set[int]] | None = None) -> list[tuple[str, int]]:
     """The (row, seed) pairs one GPU call trains: the runs each row lacks of its target (``trained``:
     what the results files hold), in rounds of one new seed number each, headline rows first,
     every run with its table's baseline at the same seed (the paired tests pair runs of one GPU
     call; not where ``paired`` is false: the baseline's runs of other calls then stand for it in
     the seed-level test, and its paired columns show "–"), until ``max_runs``, leaving out a run
     that would not let the plan ``fit`` the call (``call_fits``); seeds start at ``first_seed``,
-    after every seed a results file has."""
+    after every seed a results file has. Unpaired, a row first takes the seeds its baseline has
+    and it lacks (``seeds``: each row's seeds in the results files), so the paired tests still
+    find the baseline's run of its seed."""
     rows = sorted(targets, key=lambda row: (row not in HEADLINE_ROWS, list(targets).index(row)))
     counts = {row: trained.get(row, 0) for row in rows}
+    seeds = seeds or {}
+    earlier = sorted(set().union(*seeds.values())) if seeds and not paired else []
     plan: list[tuple[str, int]] = []
-    for seed in range(first_seed, first_seed + max(targets.values(), default=0)):
+    for seed in [*earlier, *range(first_seed, first_seed + max(targets.values(), default=0))]:
         for row in rows:
-            if counts[row] >= targets[row] or (row, seed) in plan:
+            if counts[row] >= targets[row] or (row, seed) in plan or seed in seeds.get(row, ()):
                 continue
+            if seed < first_seed and seed not in seeds.get(baseline_of(row, shared), ()):
+                continue  # an earlier seed only where the baseline's run of it stands for the pair
             partner = [(baseline_of(row, shared), seed)] if paired else []
             wanted = [run for run in dict.fromkeys([*partner, (row, seed)]) if run not in plan]
             if len(plan) + len(wanted) > max_runs:
@@ -596,33 +603,36 @@ def call_fits(rates: dict[str, tuple[float, int]], updates: int, seconds: float)
     return fits
 
 
-def trained_so_far(results_dir: Path, args, kind: str = HERE) -> tuple[dict[str, int], int]:
+def trained_so_far(results_dir: Path, args, kind: str = HERE) -> tuple[dict[str, int], int, dict[str, set[int]]]:
     """The runs each row has in the results files of ``kind``'s device at this budget (a seed
-    trained twice once, as the tables pool it), and the first seed they have not used."""
+    trained twice once, as the tables pool it), the first seed they have not used, and each
+    row's seeds."""
     budget = gpu_results.budget_of(vars(study_args(args)))
     studies = [result for result in (gpu_results.read_all([results_dir]) if results_dir.exists() else [])
                if result.get("study") and gpu_results.device_kind(result) == kind
                and gpu_results.budget_of(result["study"]) == budget]
     seeds = [0, *(run["seed"] for result in studies for run in result["study"]["runs"])]
     counts: dict[str, int] = {}
+    by_row: dict[str, set[int]] = {}
     for result in gpu_results.latest_runs(studies):
         for run in result["study"]["runs"]:
             if "failed" not in run:
                 counts[run["row"]] = counts.get(run["row"], 0) + 1
-    return counts, max(seeds) + 1
+                by_row.setdefault(run["row"], set()).add(run["seed"])
+    return counts, max(seeds) + 1, by_row
 
 
 def study_run(args) -> dict:
     """The runs ``study_plan`` picks, at once, each in its own process on the one GPU, until the deadline."""
     shared = study.decoded_as(study_args(args))
     rows = [row for row in args.rows if row not in shared]
-    trained, first_seed = trained_so_far(args.results_dir, args)
+    trained, first_seed, seeds = trained_so_far(args.results_dir, args)
     # on a GPU, as many runs as the call's minutes hold at the paces earlier calls measured (a run
     # the deadline cuts short is lost); on the CPU each run has a core of its own: --max-runs
     seconds = args.deadline - time.time() - MARGIN_S
     fits = call_fits(run_rates(args.results_dir), args.max_updates, seconds) if HERE == "gpu" else None
     runs = study_plan(seed_targets(rows, args.seeds, args.headline_seeds), trained, first_seed, args.max_runs, shared,
-                      paired=not args.unpaired, fits=fits)
+                      paired=not args.unpaired, fits=fits, seeds=seeds)
     log(f"study: {len(runs)} runs this call ({', '.join(f'{row} s{seed}' for row, seed in runs)}); "
         f"before it, at this budget: {trained or 'none'}")
     work = Path(args.work)
@@ -872,9 +882,9 @@ def main() -> int:
     study_options.add_argument("--max-runs", type=int, default=16,
                                help="runs this call trains at once (one process each; 16 cores)")
     study_options.add_argument("--unpaired", action="store_true",
-                               help="train the rows without their baseline's run of each new seed (where its "
-                                    "runs of earlier calls suffice: the seed-level test pools them; the paired "
-                                    "tests against the baseline show '-')")
+                               help="train the rows without their baseline's run of each seed (where its "
+                                    "runs of earlier calls suffice: the seed-level test pools them); a row "
+                                    "takes the baseline's seeds it lacks first, so the paired tests pair them")
     study_options.add_argument("--results-dir", type=Path, default=gpu_results.RESULTS,
                                help="the results files whose runs count: the call trains what they lack")
     a = sub.add_parser("all", parents=[common, loop_options, study_options])

@@ -602,7 +602,7 @@ def test_how_many_runs_a_gpu_call_holds_is_its_plan_at_the_recorded_paces():
         args = SimpleNamespace(max_updates=cap, epoch_updates=250, patience=6 if cap > 2000 else None)
         shared = study.decoded_as(gpu_run.study_args(args))
         rows = [row for row in study.ROWS if row not in shared]
-        trained, first = gpu_run.trained_so_far(gpu_results.RESULTS, args, "gpu")
+        trained, first, _ = gpu_run.trained_so_far(gpu_results.RESULTS, args, "gpu")
         fits = gpu_run.call_fits(rates, cap, 9 * 60 - gpu_run.MARGIN_S)
         plans[cap] = gpu_run.study_plan(gpu_run.seed_targets(rows, 3, 5), trained, first, 16, shared, fits=fits)
     assert {row for row, _ in plans[8000]} == {"deguchi2019/baseline", "deguchi2019/enc+dec"}

@@ -219,10 +219,13 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     gpu_results.write(tmp_path, {"date": "20260105-0000", "device": "cpu"}, None, on_the_cpu)  # GPU_RUN_DEVICE=cpu
     again = {**earlier, "runs": [{"row": "deguchi2019/baseline", "seed": 1}]}  # a seed trained twice: one run
     gpu_results.write(tmp_path, {"date": "20260106-0000", "device": "H100"}, None, again)
-    trained, first = gpu_run.trained_so_far(tmp_path, budget)
+    trained, first, seeds = gpu_run.trained_so_far(tmp_path, budget)
     assert trained == {row: 3 for row in study.STUDY_ROWS} and first == 4  # not the other budgets' or the CPU's
-    assert gpu_run.trained_so_far(tmp_path, budget, "cpu") == ({"deguchi2019/enc+dec": 1, "omote2019/rel": 1}, 6)
-    assert gpu_run.trained_so_far(tmp_path, SimpleNamespace(**vars(budget), patience=3)) == ({"omote2019/rel": 1}, 8)
+    assert seeds == {row: {1, 2, 3} for row in study.STUDY_ROWS}
+    assert gpu_run.trained_so_far(tmp_path, budget, "cpu") == (
+        {"deguchi2019/enc+dec": 1, "omote2019/rel": 1}, 6, {"deguchi2019/enc+dec": {1}, "omote2019/rel": {5}})
+    patience = SimpleNamespace(**vars(budget), patience=3)
+    assert gpu_run.trained_so_far(tmp_path, patience)[:2] == ({"omote2019/rel": 1}, 8)
     shared = study.decoded_as(gpu_run.study_args(budget))
     rows = [row for row in study.ROWS if row not in shared]
     targets = gpu_run.seed_targets(rows, 3, 5)
@@ -236,6 +239,13 @@ def test_a_gpu_call_trains_what_the_results_files_lack_each_run_with_its_baselin
     omote = {"omote2019/rel": 5, "omote2019/dep+rel": 5}  # the baseline's runs at this budget suffice
     assert gpu_run.study_plan(omote, {}, 3, 2, shared, paired=False) == [("omote2019/rel", 3), ("omote2019/dep+rel", 3)]
     assert gpu_run.study_plan(omote, {}, 3, 2, shared) == [("deguchi2019/baseline", 3), ("omote2019/rel", 3)]
+    # unpaired, a row takes the baseline's seeds it lacks first (its paired tests find the baseline's run)
+    had = {"deguchi2019/baseline": {3, 4, 5}, "omote2019/rel": {3, 4}, "omote2019/dep+rel": {3}}
+    counts = {row: len(seeds) for row, seeds in had.items()}
+    assert gpu_run.study_plan(omote, counts, 6, 4, shared, paired=False, seeds=had) == [
+        ("omote2019/dep+rel", 4), ("omote2019/rel", 5), ("omote2019/dep+rel", 5), ("omote2019/rel", 6)]
+    assert gpu_run.study_plan(omote, counts, 6, 2, shared, seeds=had) == [  # paired: new seeds, as before
+        ("deguchi2019/baseline", 6), ("omote2019/rel", 6)]
 
 
 def test_the_loop_measures_the_compiled_syntax_rows_and_the_larger_batches_before_the_rest():
