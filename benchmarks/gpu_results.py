@@ -138,7 +138,7 @@ def budget_words(study: dict[str, Any]) -> str:
 def loop_table(results: list[dict[str, Any]]) -> str:
     """Every GPU run's loop measurements, one row per (run, row, compile mode)."""
     lines = ["| GPU run | row | `compile` | ms / update | target tokens/s | MFU | × reference | kernels / update "
-             "| GPU busy | losses |", "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| GPU busy | host waiting | losses |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for result in results:
         loop = result.get("loop") or {}
         meta = result["meta"]
@@ -149,7 +149,7 @@ def loop_table(results: list[dict[str, Any]]) -> str:
         for entry in loop.get("runs", []):
             if "failed" in entry:
                 lines.append(f"| {run} | `{entry.get('row', '?')}` | `{entry.get('compile', '?')}` | failed: "
-                             f"{entry['failed']} | | | | | | |")
+                             f"{entry['failed']} | | | | | | | |")
                 continue
             profile = entry.get("profile") or {}
             kernels = f"{profile['kernels_per_update']:,.0f}" if "kernels_per_update" in profile else "–"
@@ -158,17 +158,26 @@ def loop_table(results: list[dict[str, Any]]) -> str:
             # one update too few: gpu_run.profiled_stamps)
             busy = (f"{profile['kernel_ms_per_update'] / entry['ms_per_update']:.0%}"
                     if "kernel_ms_per_update" in profile else "–")
+            # the share of the profiled update the host spends waiting for the device (step.WAIT_PHASE)
+            host = profile.get("host_ms_per_update")
+            waiting = (f"{host['wait for the device'] / profile['wall_ms_per_update']:.0%}"
+                       if host and profile.get("wall_ms_per_update") else "–")
             # the reference trains the loop's own batch: no ratio for a run at another (@N)
             ratio = f"{entry['tokens_per_s'] / reference:.2f}×" if reference and "@" not in entry["compile"] else "–"
             lines.append(f"| {run} | `{entry['row']}` | `{entry['compile']}` | {entry['ms_per_update']:.1f} | "
                          f"{entry['tokens_per_s']:,.0f} | {entry['mfu']:.1%} | {ratio} | {kernels} | {busy} | "
+                         f"{waiting} | "
                          f"{entry.get('losses_digest', '–')} |")
     notes = ("`× reference`: target tokens/s against the same GPU run's `torch.nn.Transformer` at the baseline's "
              "size, compiled, fused AdamW (`reference`; \"–\" for a run without it). `compile`: the mode, "
              "`+deterministic` for `deterministic=true`, `@N` for N target positions an update, `#2` for a rerun. "
              "`losses`: a digest of every update's loss and gradient norm: a rerun with the same digest "
              "repeated every update's loss and gradient norm bit for bit. `GPU busy`: the profiled updates' kernel "
-             "time against the timed updates' wall time (`ms / update`).\n\n")
+             "time against the timed updates' wall time (`ms / update`), the ranges `record_function` marks "
+             "on the GPU's timeline left out (the first file counts `Optimizer.step`'s range twice: 0.88 ms "
+             "of the compiled baseline's update). `host waiting`: the share of a profiled update the host "
+             "waits for the device (the rest it works while the GPU may idle; each phase's time is in the "
+             "results file, `profile.host_ms_per_update`; \"–\" for the files before it).\n\n")
     commands = "\n".join(f"- {setting(result, '`' + result['meta'].get('command', '?') + '`')}"
                          for result in results if result.get("loop"))
     return ("\n".join(lines) + f"\n\n{notes}The GPU runs (`benchmarks/gpu_results/`), each with its command:\n\n"

@@ -337,13 +337,26 @@ def profiled_stamps(stamps: list, timed_end: int, updates: int) -> list:
 def profile_summary(profiler, updates: int, stamps) -> dict:
     """Kernels per update, their GPU time against the profiled updates' wall time (``stamps``:
     ``profiled_stamps``; the profiler's own work slows a launch-bound eager update, so the loop
-    table sets the kernel time against the timed updates instead), and the costliest kernels."""
-    events = [e for e in profiler.key_averages() if e.device_type.name == "CUDA"]
+    table sets the kernel time against the timed updates instead), the costliest kernels, and
+    the host's time per update in each phase of ``train_step`` (``step.PHASE``; the rest of the
+    wall is the loop's own: the next batch, the reports): where the host is busy while the GPU
+    waits, against the wait phase, where the host waits for the GPU.  The ranges a
+    ``record_function`` also marks on the GPU's timeline (PyTorch's ``Optimizer.step``, these
+    phases) span kernels counted already: left out of the kernel time, as PyTorch's own
+    profiler table leaves them out."""
+    from platform.training.step import PHASE, PHASES
+
+    averages = profiler.key_averages()
+    events = [e for e in averages if e.device_type.name == "CUDA" and not e.is_user_annotation]
     kernel_ms = sum(e.self_device_time_total for e in events) / updates / 1e3
     wall_ms = (stamps[-1][1] - stamps[0][1]) / updates * 1e3
     top = sorted(events, key=lambda e: -e.self_device_time_total)[:12]
+    spent = {e.key.removeprefix(PHASE): e.cpu_time_total / updates / 1e3 for e in averages
+             if e.device_type.name == "CPU" and e.key.startswith(PHASE)}
+    host = {phase: spent.get(phase, 0.0) for phase in PHASES}
     return {"kernels_per_update": sum(e.count for e in events) / updates, "kernel_ms_per_update": kernel_ms,
             "wall_ms_per_update": wall_ms, "gpu_busy": kernel_ms / wall_ms if wall_ms else 0.0,
+            "host_ms_per_update": {**host, "the loop's own": max(wall_ms - sum(host.values()), 0.0)},
             "top": [{"name": e.key[:90], "ms_per_update": e.self_device_time_total / updates / 1e3,
                      "calls_per_update": e.count / updates} for e in top]}
 
@@ -398,7 +411,8 @@ def loop(args) -> dict:
                 f"{entry['tflops']:6.1f} TFLOP/s  MFU {entry['mfu']:.1%}  compiles {entry['compiles_after_warmup']}"
                 f"→{entry['compiles']}  data wait {entry['data_wait_share']:.0%}  warm-up {entry['warmup_s']:.0f} s  "
                 f"{entry['peak_memory_gib']:.1f} GiB  kernels {busy.get('kernels_per_update', 0):.0f}/update, "
-                f"GPU busy {busy.get('gpu_busy', 0):.0%}")
+                f"GPU busy {busy.get('gpu_busy', 0):.0%}  host ms/update: "
+                + ", ".join(f"{phase} {ms:.1f}" for phase, ms in busy.get("host_ms_per_update", {}).items()))
         results["runs"].append(entry)
         write_json(args.out_dir / "loop.json", results)
     return results

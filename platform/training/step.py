@@ -123,33 +123,37 @@ def train_step(model: nn.Module, optimizer, scheduler, batches: Batch | Sequence
     model.train()
     fullgraph = config.model.packable and not hasattr(model, "no_sync")  # the Transformer family, not DDP
     batch_loss, clip = compiled_update(config.compile, fullgraph) if config.compile != "off" else (_batch_loss, _clip)
-    batches = [batch.to(ctx.device, non_blocking=True)  # overlaps the copy where the batch is pinned (CUDA)
-               for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
-    global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches))
+    with _phase("to device"):
+        batches = [batch.to(ctx.device, non_blocking=True)  # overlaps the copy where the batch is pinned (CUDA)
+                   for batch in ([batches] if not isinstance(batches, Sequence) else batches)]
+        global_counts = ctx.all_reduce(sum(loss_counts(batch, config.model) for batch in batches))
     optimizer.zero_grad(set_to_none=True)
     total = nonfinite = torch.zeros((), device=ctx.device)
     for index, batch in enumerate(batches):
-        with _sync_gradients(model, index == len(batches) - 1):
+        with _sync_gradients(model, index == len(batches) - 1), _phase("loss and backward"):
             loss, bad = batch_loss(model, batch, global_counts, config, ctx)
             (ctx.scaler.scale(loss) if ctx.scaler is not None else loss).backward()
         total, nonfinite = total + loss.detach().float(), torch.maximum(nonfinite, bad)
-    # every rank learns how many saw a non-finite loss, so all stop at the same update (a rank
-    # raising alone would leave the others waiting in DDP's next collective)
-    bad_ranks = ctx.all_reduce(nonfinite.reshape(1))
-    if ctx.scaler is not None:  # fp16: clip the true gradients; an update whose gradients overflowed is skipped
-        ctx.scaler.unscale_(optimizer)
-    norm = clip([p for p in model.parameters() if p.grad is not None], config.optim.clip_norm or float("inf"))
-    # the update's one wait for the device: what it reports and whether it diverged, read together
-    # before the optimizer step is queued (which then overlaps the next update's batch on the host)
-    bad_count, total, tokens, norm = torch.stack([bad_ranks[0], total, global_counts[0], norm.float()]).tolist()
+    with _phase("clip"):
+        # every rank learns how many saw a non-finite loss, so all stop at the same update (a rank
+        # raising alone would leave the others waiting in DDP's next collective)
+        bad_ranks = ctx.all_reduce(nonfinite.reshape(1))
+        if ctx.scaler is not None:  # fp16: clip the true gradients; an update whose gradients overflowed is skipped
+            ctx.scaler.unscale_(optimizer)
+        norm = clip([p for p in model.parameters() if p.grad is not None], config.optim.clip_norm or float("inf"))
+    with _phase(WAIT_PHASE):
+        # the update's one wait for the device: what it reports and whether it diverged, read together
+        # before the optimizer step is queued (which then overlaps the next update's batch on the host)
+        bad_count, total, tokens, norm = torch.stack([bad_ranks[0], total, global_counts[0], norm.float()]).tolist()
     if bad_count or not math.isfinite(total):
         raise Diverged(f"loss became {total} on {max(int(bad_count), 1)} of {ctx.world_size} rank(s)")
-    if ctx.scaler is not None:
-        ctx.scaler.step(optimizer)
-        ctx.scaler.update()
-    else:
-        optimizer.step()
-    scheduler.step()
+    with _phase("optimizer step"):
+        if ctx.scaler is not None:
+            ctx.scaler.step(optimizer)
+            ctx.scaler.update()
+        else:
+            optimizer.step()
+        scheduler.step()
     # this rank's loss × world size / global count: the global mean when the ranks' shares are even
     return StepResult(loss=total, num_tokens=int(tokens), grad_norm=norm)
 
@@ -164,6 +168,18 @@ def _batch_loss(model: nn.Module, batch: Batch, global_counts: torch.Tensor, con
     sums = loss_sums(output, batch, tgt_out, config.optim.label_smoothing, config.model)
     return (combine(sums, global_counts, config.model, ctx.world_size),
             sums.nonfinite(config.model.parse_supervision()))
+
+
+# the host's part of an update, phase by phase, as torch.profiler sees it (``record_function``
+# ranges named PHASE + the phase: nothing is recorded without a profiler); on a GPU the wait
+# phase is the host idling until the device catches up, the rest is the host's own work
+PHASE = "update: "
+WAIT_PHASE = "wait for the device"
+PHASES = ("to device", "loss and backward", "clip", WAIT_PHASE, "optimizer step")  # in an update's order
+
+
+def _phase(name: str):
+    return torch.profiler.record_function(PHASE + name)
 
 
 def _sync_gradients(model: nn.Module, sync: bool):

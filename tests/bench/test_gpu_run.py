@@ -71,6 +71,13 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     baseline, reference = loop["runs"]
     assert baseline["deterministic"] and len(baseline["losses_digest"]) == 12
     assert baseline["row"] == "deguchi2019/baseline" and baseline["mfu"] > 0 and baseline["tokens_per_update"] > 0
+    # the host's update, phase by phase (where a GPU idles), from the profiled update
+    host = baseline["profile"]["host_ms_per_update"]
+    assert list(host) == ["to device", "loss and backward", "clip", "wait for the device", "optimizer step",
+                          "the loop's own"], host
+    assert all(ms >= 0 for ms in host.values()) and host["loss and backward"] > host["optimizer step"] > 0
+    assert sum(host.values()) == pytest.approx(baseline["profile"]["wall_ms_per_update"], rel=0.01) or (
+        host["the loop's own"] == 0)
     assert reference["row"] == "reference" and reference["model"] == "torch.nn.Transformer"
     assert reference["tokens_per_s"] > 0 and reference["tokens_per_update"] > 0
     study = json.loads((out / "study.json").read_text())
