@@ -543,8 +543,8 @@ def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int
                seeds: dict[str, set[int]] | None = None) -> list[tuple[str, int]]:
     """The (row, seed) pairs one GPU call trains: the runs each row lacks of its target (``trained``:
     what the results files hold), in rounds of one new seed number each, headline rows first,
-    every run with its table's baseline at the same seed (the paired tests pair runs of one GPU
-    call; not where ``paired`` is false: the baseline's runs of other calls then stand for it in
+    every run with its table's baseline at the same seed (the paired tests pair a seed's runs; not
+    where ``paired`` is false: the baseline's runs of other calls then stand for it in
     the seed-level test, and its paired columns show "–"), until ``max_runs``, leaving out a run
     that would not let the plan ``fit`` the call (``call_fits``); seeds start at ``first_seed``,
     after every seed a results file has. Unpaired, a row first takes the seeds its baseline has
@@ -696,7 +696,8 @@ def study_run(args) -> dict:
 def scored_runs(studies: list[dict], shared: dict[str, str]) -> dict:
     """``{row: {run: study.Scored}}`` of the pooled GPU studies, as ``study.scored_rows`` reads
     MLflow runs: each run's own row, and the ``shared`` rows from their source rows' runs.  A run
-    is ``I:SEED``, the I-th results file's seed, so the paired tests pair runs of one GPU run."""
+    is ``I:SEED``, the I-th results file's seed (the paired tests pair a seed's runs, whichever file
+    holds each: ``study.paired_cells``)."""
     rows: dict[str, dict[str, study.Scored]] = {}
     for index, result in enumerate(studies, 1):
         for run in result["study"]["runs"]:

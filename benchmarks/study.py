@@ -508,13 +508,16 @@ def holm_family(family: int, also: int) -> str:
 def paired_cells(outputs: dict[str, dict[str, dict[str, list[str]]]], baseline: str, row: str,
                  tokenizer: str) -> dict[str, str]:
     """``row`` against ``baseline`` by the paired tests seed pair by seed pair (seed s of one
-    against seed s of the other: ``significance.paired_by_seed``); "–" for the baseline itself
-    and where they share no seed."""
+    against seed s of the other, whichever call trained each: ``significance.paired_by_seed``);
+    "–" for the baseline itself and where they share no seed."""
     from platform.tracking.significance import paired_by_seed
 
-    common = sorted(set(outputs[row]) & set(outputs[baseline]), key=seed_order) if row != baseline else []
-    return paired_by_seed([(outputs[baseline][seed]["hyp"], outputs[row][seed]["hyp"], outputs[baseline][seed]["ref"])
-                           for seed in common], tokenizer)
+    if row == baseline:
+        return paired_by_seed([], tokenizer)
+    by_seed = [{seed_order(run)[-1]: runs[run] for run in sorted(runs, key=seed_order)} for runs in
+               (outputs[baseline], outputs[row])]  # a pooled budget has one run of each seed
+    return paired_by_seed([(by_seed[0][seed]["hyp"], by_seed[1][seed]["hyp"], by_seed[0][seed]["ref"])
+                           for seed in sorted(set(by_seed[0]) & set(by_seed[1]))], tokenizer)
 
 
 def recipe_of(label: str) -> str:
