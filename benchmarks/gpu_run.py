@@ -545,7 +545,7 @@ def study_plan(targets: dict[str, int], trained: dict[str, int], first_seed: int
     what the results files hold), in rounds of one new seed number each, headline rows first,
     every run with its table's baseline at the same seed (the paired tests pair a seed's runs; not
     where ``paired`` is false: the baseline's runs of other calls then stand for it in
-    the seed-level test, and its paired columns show "–"), until ``max_runs``, leaving out a run
+    the seed-level test, and in the paired tests at the seeds they share), until ``max_runs``, leaving out a run
     that would not let the plan ``fit`` the call (``call_fits``); seeds start at ``first_seed``,
     after every seed a results file has. Unpaired, a row first takes the seeds its baseline has
     and it lacks (``seeds``: each row's seeds in the results files), so the paired tests still
