@@ -626,14 +626,12 @@ def trained_so_far(results_dir: Path, args, kind: str = HERE) -> tuple[dict[str,
                if result.get("study") and gpu_results.device_kind(result) == kind
                and gpu_results.budget_of(result["study"]) == budget]
     seeds = [0, *(run["seed"] for result in studies for run in result["study"]["runs"])]
-    counts: dict[str, int] = {}
     by_row: dict[str, set[int]] = {}
-    for result in gpu_results.latest_runs(studies):
+    for result in gpu_results.latest_runs(studies):  # one run of each (row, seed)
         for run in result["study"]["runs"]:
             if "failed" not in run:
-                counts[run["row"]] = counts.get(run["row"], 0) + 1
                 by_row.setdefault(run["row"], set()).add(run["seed"])
-    return counts, max(seeds) + 1, by_row
+    return {row: len(seeds) for row, seeds in by_row.items()}, max(seeds) + 1, by_row
 
 
 def study_run(args) -> dict:
