@@ -53,7 +53,7 @@ def test_ray_cluster_yaml_passes_rays_own_schema():
     assert 'optuna-dashboard "$NMT_STUDY_STORAGE" --host 127.0.0.1 --port 8080' in commands
     # artifacts straight to S3 from every node: the server hands out s3:// locations, proxies no bytes
     assert '--default-artifact-root "$MLFLOW_ARTIFACTS" --no-serve-artifacts' in commands
-    assert config["file_mounts"] == {"~/syntax-nmt": ".", "~/.ray/auth_token": "~/.ray/auth_token"}  # Ray's token
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"  # Ray's token
     node_types = config["available_node_types"]
     assert node_types["gpu_worker"]["node_config"]["InstanceType"].startswith("g")
     assert node_types["gpu_worker"]["min_workers"] == 0
@@ -160,8 +160,14 @@ def test_every_model_row_has_sizes_and_builds():
 
 
 def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
-    """The run-time directories (./data, ./runs, ./mlruns) are ignored, excluded from Ray's
-    working_dir upload and from ``ray up``'s rsync; the code package ``platform/data`` is none of them."""
+    """The run-time directories (./data, ./runs, ./mlruns) are ignored and excluded from Ray's
+    working_dir upload; the code package ``platform/data`` is none of them.  ``ray up`` mounts
+    the checkout entry by entry (every top-level entry git tracks, and .git), so that no virtual
+    environment, corpus or checkpoint in the checkout is read to hash the mounts (Ray hashes
+    every byte under a mount's source, rsync_exclude or not); its rsync_exclude, matched inside
+    each mount, leaves every code file."""
+    import subprocess
+
     import yaml
     from ray_private import ray_path_spec  # what Ray matches excludes and .gitignore with
 
@@ -172,11 +178,16 @@ def test_every_code_file_reaches_git_the_ray_workers_and_the_cluster():
     assert "platform/data/encode.py" in code
     cluster = yaml.safe_load((ROOT / "ray_cluster.yaml").read_text())
     gitignore = (ROOT / ".gitignore").read_text().splitlines()
-    for what, patterns in (("RUNTIME_EXCLUDES", RUNTIME_EXCLUDES), (".gitignore", gitignore),
-                           ("rsync_exclude", cluster["rsync_exclude"])):
+    for what, patterns in (("RUNTIME_EXCLUDES", RUNTIME_EXCLUDES), (".gitignore", gitignore)):
         spec = ray_path_spec(patterns)
         assert [f for f in code if spec.match_file(f)] == [], what
         assert spec.match_file("data/demo/train.parquet") and spec.match_file("runs/sweep/x"), what
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, timeout=30, check=True)
+    top = {line.split("/")[0] for line in tracked.stdout.splitlines()} | {".git"}
+    mounts = {k: v for k, v in cluster["file_mounts"].items() if k.startswith("~/syntax-nmt")}
+    assert mounts == {f"~/syntax-nmt/{name}": f"./{name}" for name in sorted(top)}
+    spec = ray_path_spec(cluster["rsync_exclude"])
+    assert [f for f in code if spec.match_file(f.split("/", 1)[1])] == []  # as rsync sees them, inside their mount
 
 
 def untimed_subprocesses(path: Path) -> list[str]:

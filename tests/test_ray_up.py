@@ -138,6 +138,9 @@ class LoopbackHead:
         assert result.returncode == 0, f"ray {' '.join(args)}:\n{result.stdout[-6000:]}\n{result.stderr[-6000:]}"
         return result
 
+    def git_status(self) -> list[str]:
+        return git_status(self.home / "syntax-nmt", "runuser", "-u", self.user, "--")
+
     @property
     def state(self) -> Path:
         return self.home / "syntax-nmt-state"
@@ -189,6 +192,13 @@ class LoopbackHead:
         return left
 
 
+def git_status(checkout: Path, *user: str) -> list[str]:
+    """What ``git status`` reports changed in tracked files (as the drivers' commit tag reads it)."""
+    result = subprocess.run([*user, "git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    return sorted(result.stdout.splitlines())
+
+
 def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback
@@ -224,6 +234,10 @@ def test_ray_up_starts_the_heads_services_once_and_a_sweep_submitted_as_a_job_la
     assert http_ok("http://127.0.0.1:8080/")
     first = head.recorded()
     assert set(first) == set(SERVICES), first
+    # the checkout reached the head entry by entry: git there sees what it sees here (the runs'
+    # commit is not "-dirty" for a missing file), and no virtual environment came with it
+    assert head.git_status() == git_status(ROOT)
+    assert not [p.name for p in (head.home / "syntax-nmt").iterdir() if (p / "pyvenv.cfg").exists()]
     import boto3
 
     s3 = boto3.client("s3", endpoint_url=head.moto.endpoint, aws_access_key_id="testing",
