@@ -68,7 +68,7 @@ def pytest_unconfigure(config):
 RAY_FIXTURES = {"_session_ray", *OWN_CLUSTER_FIXTURES}
 # the two streams pytest-xdist runs side by side (``-n 2 --dist loadgroup``, pyproject.toml)
 RAY_GROUP, CPU_GROUP = "ray", "cpu"
-CPU_STREAM_NICENESS = 19  # the lowest priority; Ray's own workers run at 15
+CPU_STREAM_NICENESS = 19  # the lowest priority, and on Linux the idle class below it; Ray's own workers run at 15
 
 
 def _uses_ray(item) -> bool:
@@ -134,6 +134,8 @@ def _join_the_cpu_stream(config) -> None:
         return
     if os.nice(0) < CPU_STREAM_NICENESS:
         os.nice(CPU_STREAM_NICENESS - os.nice(0))
+    if hasattr(os, "SCHED_IDLE"):  # Linux: below niceness 19, which Ray's workers (niceness 15) share 70:30
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     directory = tempfile.mkdtemp(prefix="pytest-cpu-stream-")  # not nmt-*: what the platform's scratch is named
     os.chmod(directory, 0o1777)  # as /tmp: the PostgreSQL tests' server runs as the postgres user
     config._nmt_cpu_stream_tmp = directory
