@@ -50,10 +50,11 @@ def test_a_worker_on_a_million_pairs_holds_a_few_bytes_of_private_memory_per_pai
         million = probe("worker", dataset, reader)
         assert million["pairs"] == 1_000_000
         assert million["private_bytes_per_pair"] <= WORKER_BYTES_PER_PAIR, million
-    # making the copy: its peak (not only what is left) does not grow with the corpus
-    small = probe("worker", tenth, "mapped-first")
-    first = probe("worker", dataset, "mapped-first")
-    assert first["peak_private_mb"] - small["peak_private_mb"] < 0.03 * 900_000 / 1000, (small, first)
+    # making the copy: its peak (not only what is left) does not grow with the corpus; each size's
+    # lower peak of two (a sampled peak varies by 10-20 MB between runs; once by 35 at 1M in a suite run)
+    small, first = ([probe("worker", split, "mapped-first") for _ in range(2)] for split in (tenth, dataset))
+    assert (min(p["peak_private_mb"] for p in first) - min(p["peak_private_mb"] for p in small)
+            < 0.03 * 900_000 / 1000), (small, first)
     # the split held in memory (the reader before) is far above the bound, even at a tenth of the size
     held = probe("worker", tenth, "in-memory")
     assert held["private_bytes_per_pair"] > 5 * WORKER_BYTES_PER_PAIR, held
