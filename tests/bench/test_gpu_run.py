@@ -75,7 +75,9 @@ def test_the_gpu_run_goes_through_the_loop_the_study_and_its_table_on_the_cpu(ta
     host = baseline["profile"]["host_ms_per_update"]
     assert list(host) == ["to device", "loss and backward", "clip", "wait for the device", "optimizer step",
                           "the loop's own"], host
-    assert all(ms >= 0 for ms in host.values()) and host["loss and backward"] > host["optimizer step"] > 0
+    # each phase's range was recorded (which phase takes longer is the device's to show: on a
+    # preempted CPU one profiled update's optimizer step can outlast its backward)
+    assert all(ms >= 0 for ms in host.values()) and host["loss and backward"] > 0 and host["optimizer step"] > 0
     assert sum(host.values()) == pytest.approx(baseline["profile"]["wall_ms_per_update"], rel=0.01) or (
         host["the loop's own"] == 0)
     assert reference["row"] == "reference" and reference["model"] == "torch.nn.Transformer"
